@@ -1,0 +1,89 @@
+"""Settings of the service emulator, with usable defaults and an environment reader."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# The fields whose value is a credential: generated when left empty, never shown in a repr.
+SECRET_FIELDS = ("token", "password", "signing_key_current", "signing_key_next")
+_SECRET_PREFIXES = {
+    "token": "tok_",
+    "password": "pw_",
+    "signing_key_current": "sig_",
+    "signing_key_next": "sig_",
+}
+_PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+DEFAULT_USERNAME = "ops@example.com"
+DEFAULT_HEADER_PREFIX = "Service"
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    """How the emulator starts. Credentials left empty are generated with `secrets`.
+
+    The credentials here are the *initial* ones: a token reset replaces them in the running
+    emulator (`Emulator.account`), not here. `generated` names the fields that were generated,
+    so a developer tool can show them once.
+    """
+
+    token: str = field(default="", repr=False)
+    username: str = DEFAULT_USERNAME
+    password: str = field(default="", repr=False)
+    signing_key_current: str = field(default="", repr=False)
+    signing_key_next: str = field(default="", repr=False)
+    header_prefix: str = DEFAULT_HEADER_PREFIX
+    max_requests_per_second: int | None = None
+    delivery_retry_delay: float = 0.05
+    delivery_timeout: float = 5.0
+    # Delays of resumed/restarted runs are honoured but capped, so a `1h` override stays testable.
+    max_delay_seconds: float = 1.0
+    callback_retries: int = 3
+    # Resumed/restarted runs are delivered to their workflow URL; off = only recorded.
+    execute_runs: bool = True
+    generated: frozenset[str] = field(default=frozenset(), init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        generated = set()
+        for name in SECRET_FIELDS:
+            if not getattr(self, name):
+                object.__setattr__(self, name, _SECRET_PREFIXES[name] + secrets.token_urlsafe(24))
+                generated.add(name)
+        object.__setattr__(self, "generated", frozenset(generated))
+        self._validate()
+
+    def _validate(self) -> None:
+        if not _PREFIX_WORD.match(self.header_prefix):
+            raise ValueError("header_prefix must be one word of letters and digits, e.g. Service")
+        if self.max_requests_per_second is not None and self.max_requests_per_second < 1:
+            raise ValueError("max_requests_per_second must be a positive integer or None")
+        for name in ("delivery_retry_delay", "delivery_timeout", "max_delay_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if self.callback_retries < 0:
+            raise ValueError("callback_retries must not be negative")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EmulatorConfig:
+        """Read the `EMULATOR_*` variables; unset or empty ones keep their default."""
+        env = os.environ if environ is None else environ
+
+        def text(variable: str, default: str = "") -> str:
+            return env.get(variable, "").strip() or default
+
+        rps = text("EMULATOR_MAX_RPS")
+        if rps and (not re.fullmatch("[0-9]+", rps) or int(rps) < 1):
+            raise ValueError(f"EMULATOR_MAX_RPS must be a positive integer, got {rps!r}")
+        return cls(
+            token=text("EMULATOR_TOKEN"),
+            username=text("EMULATOR_USERNAME", DEFAULT_USERNAME),
+            password=text("EMULATOR_PASSWORD"),
+            signing_key_current=text("EMULATOR_SIGNING_KEY_CURRENT"),
+            signing_key_next=text("EMULATOR_SIGNING_KEY_NEXT"),
+            header_prefix=text("EMULATOR_HEADER_PREFIX", DEFAULT_HEADER_PREFIX),
+            max_requests_per_second=int(rps) if rps else None,
+        )

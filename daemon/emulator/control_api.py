@@ -1,0 +1,201 @@
+"""The control API under `/_emulator/`: seed state, read back what happened, inject faults.
+
+No auth and no rate limit: it is for tests and local development, never to be exposed.
+Lists are answered as plain JSON arrays.
+
+* `POST /_emulator/dlq` `{"messages": [SeedMessage, ...]}` -> `{"dlqIds": [...]}`. Seeds DLQ
+  entries (fields of spec 2.1 with defaults, plus `labels`, `flowControlKey`, `workflowRunId`,
+  `workflowUrl`, `workflowCreatedAt`, `failureFunctionState`; see `state.SeedMessage`).
+* `GET /_emulator/dlq` -> `[message, ...]`: the DLQ in order, each as seeded (wire form plus
+  the workflow fields).
+* `POST /_emulator/url-groups` `{"name", "endpoints": [{"name"?, "url"}]}` -> the group;
+  creates or replaces it. `GET /_emulator/url-groups` -> `[group, ...]`.
+* `GET /_emulator/journal` -> `[{"method", "path", "query": [[k, v]], "headers", "status",
+  "at", "body"?, "fault"?}, ...]`: every service call in the order answered; credentials
+  redacted. `DELETE /_emulator/journal` clears it.
+* `GET /_emulator/runs` -> `[run, ...]`: runs made by resume/restart (`workflowRunId`,
+  `workflowCreatedAt`, `mode`, `sourceDlqId`, `previousWorkflowRunId`, `workflowUrl`,
+  `overrides`, `rawHeaders`, `retries`, `failureCallback`, `labels`, `delaySeconds`,
+  `status` pending|delivering|succeeded|failed, `deliveryId`, `resultDlqId`).
+* `POST /_emulator/faults` `FaultSpec` -> the armed faults; `GET` lists them; `DELETE` clears.
+* `GET /_emulator/account` / `POST /_emulator/account` `{"max_requests_per_second": N|null}`
+  -> `{"max_requests_per_second", "username", "rotations"}` (never a credential).
+* `GET /_emulator/stats` -> `{"rate_limited", "max_requests_in_window", "calls"}`:
+  429s sent, most rate-limited calls that arrived in one window, and those calls in all.
+* `POST /_emulator/publish[?wait=true&timeout=S]` `PublishRequest` -> `{"messageId",
+  "deliveries": [id, ...]}` at once (`messageId` is the first delivery's; a URL Group gets one
+  message per endpoint); with `wait`, once every delivery is final, plus `"outcomes":
+  [delivery, ...]` (state, attempts, lastStatus, dlqId...).
+* `GET /_emulator/deliveries` -> `[delivery, ...]`; `GET /_emulator/callbacks` ->
+  `[{"id", "kind" failure|callback, "url", "messageId", "dlqId", "state", "attempts",
+  "status"}, ...]`.
+* `POST /_emulator/idle[?timeout=S]` -> `{"idle": true}` once no delivery, run or callback is
+  in flight; 503 `{"error"}` after the timeout (default 10 s).
+* `POST /_emulator/reset` -> `{}`: everything cleared, back to the config's credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from daemon.emulator.emulator import Emulator, PublishRequest
+from daemon.emulator.errors import error_response
+from daemon.emulator.faults import FaultSpec
+from daemon.emulator.service_api import get_emulator
+from daemon.emulator.state import Endpoint, EndpointRef, SeedMessage, parse_endpoint_refs
+
+EmulatorDep = Annotated[Emulator, Depends(get_emulator)]
+# Seconds to wait, as `?timeout=`.
+WaitSeconds = Annotated[float, Query(alias="timeout", gt=0, le=300)]
+
+control = APIRouter(prefix="/_emulator")
+
+
+class SeedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[SeedMessage]
+
+
+class GroupRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    endpoints: list[dict[str, Any]] = Field(min_length=1)
+
+
+class AccountSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_requests_per_second: int | None = Field(ge=1)
+
+
+@control.post("/dlq")
+async def seed_dlq(body: SeedRequest, emulator: EmulatorDep) -> JSONResponse:
+    entries = emulator.seed(body.messages)
+    return JSONResponse({"dlqIds": [entry.dlq_id for entry in entries]})
+
+
+@control.get("/dlq")
+async def list_dlq(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse([entry.to_seed() for entry in emulator.store.entries()])
+
+
+@control.post("/url-groups")
+async def put_url_group(body: GroupRequest, emulator: EmulatorDep) -> JSONResponse:
+    refs = parse_endpoint_refs({"endpoints": body.endpoints}, url_required=True)
+    group = emulator.store.put_group(body.name, _endpoints(refs), emulator.now_ms())
+    return JSONResponse(group.to_json())
+
+
+def _endpoints(refs: list[EndpointRef]) -> list[Endpoint]:
+    return [Endpoint(url=ref.url or "", name=ref.name) for ref in refs]
+
+
+@control.get("/url-groups")
+async def list_url_groups(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse([group.to_json() for group in emulator.store.groups.values()])
+
+
+@control.get("/journal")
+async def read_journal(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse(emulator.journal.to_json())
+
+
+@control.delete("/journal")
+async def clear_journal(emulator: EmulatorDep) -> JSONResponse:
+    emulator.journal.clear()
+    return JSONResponse({})
+
+
+@control.get("/runs")
+async def list_runs(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse([run.to_json() for run in emulator.store.runs])
+
+
+@control.post("/faults")
+async def add_fault(fault: FaultSpec, emulator: EmulatorDep) -> JSONResponse:
+    emulator.faults.add(fault)
+    return JSONResponse(emulator.faults.to_json())
+
+
+@control.get("/faults")
+async def list_faults(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse(emulator.faults.to_json())
+
+
+@control.delete("/faults")
+async def clear_faults(emulator: EmulatorDep) -> JSONResponse:
+    emulator.faults.clear()
+    return JSONResponse({})
+
+
+def _account_settings(emulator: Emulator) -> dict[str, Any]:
+    return {
+        "max_requests_per_second": emulator.max_requests_per_second,
+        "username": emulator.account.username,
+        "rotations": emulator.account.rotations,
+    }
+
+
+@control.get("/account")
+async def read_account(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse(_account_settings(emulator))
+
+
+@control.post("/account")
+async def set_account(body: AccountSettings, emulator: EmulatorDep) -> JSONResponse:
+    emulator.max_requests_per_second = body.max_requests_per_second
+    return JSONResponse(_account_settings(emulator))
+
+
+@control.get("/stats")
+async def read_stats(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse(emulator.stats())
+
+
+@control.post("/publish")
+async def publish(
+    body: PublishRequest, emulator: EmulatorDep, wait: bool = False, seconds: WaitSeconds = 30.0
+) -> JSONResponse:
+    started = emulator.publish(body)
+    answer: dict[str, Any] = {
+        "messageId": started[0][0].id if started else None,
+        "deliveries": [delivery.id for delivery, _ in started],
+    }
+    if wait:
+        tasks = [task for _, task in started]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=seconds)
+            if pending:
+                return error_response(503, f"deliveries still running after {seconds:g}s")
+        answer["outcomes"] = [delivery.to_json() for delivery, _ in started]
+    return JSONResponse(answer)
+
+
+@control.get("/deliveries")
+async def list_deliveries(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse([delivery.to_json() for delivery in emulator.courier.deliveries.values()])
+
+
+@control.get("/callbacks")
+async def list_callbacks(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse([record.to_json() for record in emulator.courier.callbacks])
+
+
+@control.post("/idle")
+async def wait_idle(emulator: EmulatorDep, seconds: WaitSeconds = 10.0) -> JSONResponse:
+    try:
+        async with asyncio.timeout(seconds):
+            await emulator.background.idle()
+    except TimeoutError:
+        return error_response(503, f"still busy after {seconds:g}s")
+    return JSONResponse({"idle": True})
+
+
+@control.post("/reset")
+async def reset(emulator: EmulatorDep) -> JSONResponse:
+    await emulator.reset()
+    return JSONResponse({})

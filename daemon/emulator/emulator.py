@@ -1,0 +1,333 @@
+"""The emulator itself: its state and the operations both of its APIs act through."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from daemon.emulator.account import Account
+from daemon.emulator.bulk import BulkQuery, select_batch
+from daemon.emulator.config import EmulatorConfig
+from daemon.emulator.delivery import Courier, Delivery, Message
+from daemon.emulator.errors import BadRequest, NotFound
+from daemon.emulator.faults import FaultBook
+from daemon.emulator.headers import HeaderNames, as_lists, canonical, with_header
+from daemon.emulator.journal import Journal
+from daemon.emulator.overrides import Overrides, is_http_url
+from daemon.emulator.ratelimit import FixedWindow
+from daemon.emulator.state import (
+    DlqEntry,
+    Run,
+    RunMode,
+    SeedMessage,
+    Store,
+    WorkflowRef,
+    build_entry,
+    random_id,
+)
+from daemon.emulator.tasks import Background
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class PublishRequest(BaseModel):
+    """A message to deliver now (`POST /_emulator/publish`): to `url`, or to every endpoint
+    of the URL Group `topic`. The workflow fields make it a workflow run's message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = None
+    topic: str | None = None
+    body: str | None = None
+    bodyBase64: str | None = None
+    method: str = "POST"
+    headers: dict[str, str | list[str]] = Field(default_factory=dict)
+    maxRetries: int = Field(3, ge=0, le=100)
+    callback: str | None = None
+    failureCallback: str | None = None
+    scheduleId: str | None = None
+    queueName: str | None = None
+    callerIP: str = "127.0.0.1"
+    notBefore: int = 0
+    labels: list[str] | None = None
+    flowControlKey: str | None = None
+    workflowRunId: str | None = None
+    workflowUrl: str | None = None
+    workflowCreatedAt: int | None = None
+
+    @model_validator(mode="after")
+    def _valid(self) -> PublishRequest:
+        if (self.url is None) == (self.topic is None):
+            raise ValueError("give url or topic, one of them")
+        for name in ("url", "callback", "failureCallback"):
+            value = getattr(self, name)
+            if value is not None and not is_http_url(value):
+                raise ValueError(f"{name} must be an absolute http(s) URL")
+        if self.body is not None and self.bodyBase64 is not None:
+            raise ValueError("give body or bodyBase64, not both")
+        return self
+
+    def body_bytes(self) -> bytes:
+        if self.bodyBase64 is None:
+            return (self.body or "").encode("utf-8")
+        try:
+            return base64.b64decode(self.bodyBase64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequest("bodyBase64 is not base64") from exc
+
+
+class Emulator:
+    """One emulated service account: DLQ, URL Groups, runs, journal, limits and faults.
+
+    Outbound requests (deliveries, callbacks) use `http_client` when given (its owner closes
+    it), else a client of the emulator's own, made on first use and closed by `aclose`.
+    """
+
+    def __init__(
+        self,
+        config: EmulatorConfig,
+        *,
+        http_client: httpx.AsyncClient | None = None,
+        clock: Clock = time.time,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.sleep = sleep
+        self.names = HeaderNames(config.header_prefix)
+        self.account = self._new_account()
+        self.store = Store()
+        self.journal = Journal()
+        self.limiter = FixedWindow(config.max_requests_per_second)
+        self.faults = FaultBook()
+        self.background = Background()
+        self.rate_limited = 0
+        self._given_client = http_client
+        self._own_client: httpx.AsyncClient | None = None
+        self.courier = Courier(
+            config,
+            client=self.http_client,
+            dead_letter=self._dead_letter,
+            spawn=self.background.spawn,
+            sleep=sleep,
+        )
+
+    def _new_account(self) -> Account:
+        return Account(
+            username=self.config.username,
+            token=self.config.token,
+            password=self.config.password,
+            created_at=self.clock(),
+        )
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    @property
+    def max_requests_per_second(self) -> int | None:
+        return self.limiter.limit
+
+    @max_requests_per_second.setter
+    def max_requests_per_second(self, limit: int | None) -> None:
+        self.limiter.limit = limit
+
+    def http_client(self) -> httpx.AsyncClient:
+        if self._given_client is not None:
+            return self._given_client
+        if self._own_client is None:
+            self._own_client = httpx.AsyncClient(timeout=self.config.delivery_timeout)
+        return self._own_client
+
+    async def aclose(self) -> None:
+        """End background work and close the emulator's own client."""
+        await self.background.cancel()
+        if self._own_client is not None:
+            await self._own_client.aclose()
+            self._own_client = None
+
+    async def reset(self) -> None:
+        """Back to a fresh start with the same config (initial credentials and limit too)."""
+        await self.background.cancel()
+        self.store.clear()
+        self.journal.clear()
+        self.faults.clear()
+        self.courier.clear()
+        self.limiter.reset(self.config.max_requests_per_second)
+        self.rate_limited = 0
+        self.account = self._new_account()
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "rate_limited": self.rate_limited,
+            "max_requests_in_window": self.limiter.max_in_window,
+            "calls": self.limiter.calls,
+        }
+
+    # The DLQ.
+
+    def seed(self, seeds: list[SeedMessage]) -> list[DlqEntry]:
+        """Put messages in the DLQ, all or none."""
+        now = self.now_ms()
+        entries = [
+            build_entry(seed, seq=self.store.next_seq(), now_ms=now, names=self.names)
+            for seed in seeds
+        ]
+        seen = set(self.store.dlq)
+        for entry in entries:
+            if entry.dlq_id in seen:
+                raise BadRequest(f"dlqId {entry.dlq_id} is already in the DLQ")
+            seen.add(entry.dlq_id)
+        for entry in entries:
+            self.store.add(entry)
+        return entries
+
+    def dlq_message(self, dlq_id: str) -> DlqEntry:
+        entry = self.store.dlq.get(dlq_id)
+        if entry is None:
+            raise NotFound(f"message {dlq_id} not found in the DLQ")
+        return entry
+
+    def _dead_letter(self, seed: SeedMessage) -> DlqEntry:
+        [entry] = self.seed([seed])
+        return entry
+
+    # Bulk resume and restart.
+
+    def recover(
+        self, mode: RunMode, query: BulkQuery, overrides: Overrides
+    ) -> tuple[list[Run], str]:
+        """Take the selected entries out of the DLQ and start a new run for each.
+
+        No await in here: two concurrent bulk calls can never take the same entry.
+        """
+        batch = select_batch(self.store.entries(), query, newest_seq=self.store.last_seq)
+        now = self.now_ms()
+        runs = []
+        for entry in batch.entries:
+            del self.store.dlq[entry.dlq_id]
+            run, message = self._new_run(entry, mode, overrides, now)
+            delivery = self.courier.register(message)
+            run.delivery_id = delivery.id
+            self.store.runs.append(run)
+            runs.append(run)
+            if self.config.execute_runs:
+                self.background.spawn(self._execute(run, delivery), f"run {run.workflow_run_id}")
+        return runs, batch.cursor
+
+    def _new_run(
+        self, entry: DlqEntry, mode: RunMode, overrides: Overrides, now: int
+    ) -> tuple[Run, Message]:
+        # Both modes give the run a new id, as the service does; restart vs resume only
+        # matters to the workflow's own steps, which the emulator does not model.
+        assert entry.workflow is not None  # select_batch only selects workflow entries
+        retries = overrides.retries
+        run = Run(
+            workflow_run_id="wfr_" + random_id(),
+            workflow_created_at=now,
+            mode=mode,
+            source_dlq_id=entry.dlq_id,
+            previous_workflow_run_id=entry.workflow.run_id,
+            workflow_url=entry.workflow.url,
+            overrides=overrides,
+            retries=int(entry.message["maxRetries"]) if retries is None else retries,
+            failure_callback=overrides.failure_callback or entry.message.get("failureCallback"),
+            labels=entry.labels if overrides.labels is None else overrides.labels,
+            delay_seconds=overrides.delay_seconds,
+        )
+        flow_control_key = overrides.flow_control_key or entry.flow_control_key
+        header = with_header(entry.header, self.names.workflow_run_id, run.workflow_run_id)
+        header = with_header(header, self.names.label, ",".join(run.labels) or None)
+        header = with_header(header, self.names.flow_control_key, flow_control_key)
+        message = Message(
+            message_id="msg_" + random_id(),
+            url=run.workflow_url,
+            method=str(entry.message["method"]) or "POST",
+            header=header,
+            body=entry.body,
+            max_retries=run.retries,
+            created_at=now,
+            caller_ip=entry.caller_ip,
+            not_before=now + int(run.delay_seconds * 1000) if run.delay_seconds else 0,
+            callback=entry.message.get("callback"),
+            failure_callback=run.failure_callback,
+            workflow=WorkflowRef(run.workflow_run_id, run.workflow_url, run.workflow_created_at),
+            labels=run.labels or None,
+            flow_control_key=flow_control_key,
+        )
+        return run, message
+
+    async def _execute(self, run: Run, delivery: Delivery) -> None:
+        if run.delay_seconds > 0:
+            await self.sleep(min(run.delay_seconds, self.config.max_delay_seconds))
+        run.status = "delivering"
+        await self.courier.deliver(delivery)
+        run.status = "succeeded" if delivery.state == "delivered" else "failed"
+        run.result_dlq_id = delivery.dlq_id
+
+    # Publishing.
+
+    def publish(self, request: PublishRequest) -> list[tuple[Delivery, asyncio.Task[None]]]:
+        """Start delivering a message; one delivery per destination."""
+        started = []
+        for message in self._messages(request):
+            delivery = self.courier.register(message)
+            task = self.background.spawn(self.courier.deliver(delivery), f"deliver {delivery.id}")
+            started.append((delivery, task))
+        return started
+
+    def _messages(self, request: PublishRequest) -> list[Message]:
+        destinations: list[tuple[str, str | None, str | None]]
+        if request.topic is not None:
+            group = self.store.group(request.topic)
+            destinations = [(e.url, request.topic, e.name) for e in group.endpoints]
+        else:
+            assert request.url is not None  # PublishRequest saw to it
+            destinations = [(request.url, None, None)]
+        now = self.now_ms()
+        header = {canonical(name): values for name, values in as_lists(request.headers).items()}
+        workflow = None
+        if request.workflowRunId:
+            header = with_header(header, self.names.workflow_run_id, request.workflowRunId)
+            workflow = WorkflowRef(
+                run_id=request.workflowRunId,
+                url=request.workflowUrl or request.url or destinations[0][0],
+                created_at=request.workflowCreatedAt or now,
+            )
+        if request.labels:
+            header = with_header(header, self.names.label, ",".join(request.labels))
+        if request.flowControlKey:
+            header = with_header(header, self.names.flow_control_key, request.flowControlKey)
+        common: dict[str, Any] = {
+            "method": request.method.upper(),
+            "header": header,
+            "body": request.body_bytes(),
+            "max_retries": request.maxRetries,
+            "created_at": now,
+            "caller_ip": request.callerIP,
+            "not_before": request.notBefore,
+            "callback": request.callback,
+            "failure_callback": request.failureCallback,
+            "schedule_id": request.scheduleId,
+            "queue_name": request.queueName,
+            "workflow": workflow,
+            "labels": tuple(request.labels) if request.labels else None,
+            "flow_control_key": request.flowControlKey,
+        }
+        return [
+            Message(
+                message_id="msg_" + random_id(),
+                url=url,
+                topic_name=topic,
+                endpoint_name=endpoint,
+                **common,
+            )
+            for url, topic, endpoint in destinations
+        ]

@@ -1,0 +1,127 @@
+"""The door of the service API: journal, injected faults and the rate limit, before routing."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from daemon.emulator.account import DEFAULT_LIMITS
+from daemon.emulator.emulator import Emulator
+from daemon.emulator.errors import error_response
+from daemon.emulator.faults import ConnectionDropped, FaultSpec
+from daemon.emulator.journal import Call, new_call
+from daemon.emulator.ratelimit import burst_headers
+
+CONTROL_PREFIX = "/_emulator"
+ACCOUNT_PATH = "/service/user/rotatetoken"
+
+
+def is_control(path: str) -> bool:
+    return path == CONTROL_PREFIX or path.startswith(CONTROL_PREFIX + "/")
+
+
+def is_rate_limited(path: str) -> bool:
+    """The account's limit counts message operations and the account endpoint."""
+    return path.startswith("/v2/") or path == ACCOUNT_PATH
+
+
+def _add_headers(message: Message, headers: dict[str, str]) -> Message:
+    """`headers` added to a response start, except those the response already has."""
+    present = {name.lower() for name, _ in message.get("headers", [])}
+    extra = [
+        (name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in headers.items()
+        if name.lower().encode("latin-1") not in present
+    ]
+    return {**message, "headers": [*message.get("headers", []), *extra]} if extra else message
+
+
+class ServiceGate:
+    """ASGI middleware in front of every service route (everything but `/_emulator/*`).
+
+    In order: the call is counted in its rate-limit window (every arrival counts), an armed
+    fault is applied, the limit is enforced (429), and the app answers. The `Burst-RateLimit-*`
+    headers go on every answer while a limit is set; no `Retry-After` (the service promises
+    none) unless a fault asks for it. The call is journaled when it has been answered.
+    """
+
+    def __init__(self, app: ASGIApp, emulator: Emulator) -> None:
+        self.app = app
+        self.emulator = emulator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or is_control(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        call = new_call(scope, self.emulator.clock())
+        try:
+            await self._serve(scope, receive, send, call)
+        finally:
+            self.emulator.journal.record(call)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, call: Call) -> None:
+        emulator = self.emulator
+        path: str = scope["path"]
+        verdict = emulator.limiter.hit(emulator.clock()) if is_rate_limited(path) else None
+        burst = verdict.headers() if verdict is not None else {}
+
+        async def receive_journaled() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                call.add_body(message.get("body", b""))
+            return message
+
+        async def send_journaled(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                call.status = message["status"]
+                if call.status == 429:
+                    emulator.rate_limited += 1
+                message = _add_headers(message, burst)
+            await send(message)
+
+        fault = emulator.faults.take(path)
+        if fault is not None:
+            call.fault = fault.kind
+            if await self._fault(fault, scope, receive_journaled, send_journaled, call):
+                return
+        if verdict is not None and not verdict.allowed:
+            response = error_response(429, "rate limit exceeded")
+            await response(scope, receive_journaled, send_journaled)
+            return
+        await self.app(scope, receive_journaled, send_journaled)
+
+    async def _fault(
+        self, fault: FaultSpec, scope: Scope, receive: Receive, send: Send, call: Call
+    ) -> bool:
+        """Apply `fault`; True when it answered the call itself."""
+        if fault.kind == "latency":
+            await self.emulator.sleep(fault.seconds)
+            return False
+        if fault.kind == "drop":
+            await _drop(send, call)
+        if fault.kind == "rate_limit":
+            limit = (
+                fault.limit
+                or self.emulator.limiter.limit
+                or DEFAULT_LIMITS["max_requests_per_second"]
+            )
+            reset = int(self.emulator.clock()) + 1
+            headers = {**burst_headers(limit, 0, reset), **fault.retry_after_header()}
+            response = error_response(429, "rate limit exceeded", headers)
+        else:
+            response = error_response(fault.status, f"injected fault: status {fault.status}")
+        await response(scope, receive, send)
+        return True
+
+
+async def _drop(send: Send, call: Call) -> None:
+    """Promise a body, send part of it, and break off: the client sees a protocol error."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"64")],
+        }
+    )
+    await send({"type": "http.response.body", "body": b'{"dropped', "more_body": True})
+    call.status = 0
+    raise ConnectionDropped("connection dropped by an injected fault")

@@ -1,0 +1,250 @@
+"""Typed values for what the service sends and receives (spec sections 2, 4.6, 4.7, 8).
+
+Models of what the service sends keep unknown fields (`extra="allow"`): the service
+may add fields, and recoveryd must not drop data it does not understand yet. Models
+of what recoveryd sends forbid unknown fields, so a typo is an error, not a no-op.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+BulkAction = Literal["resume", "restart"]
+FailureFunctionState = Literal[
+    "CALLBACK_INPROGRESS", "CALLBACK_SUCCESS", "CALLBACK_FAIL", "CALLBACK_CANCELED"
+]
+
+# QStash durations: a whole number and a unit, e.g. 30s, 5m, 2h, 1d.
+DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
+
+
+def _header_lists(value: Any) -> Any:
+    """Header maps carry lists of values; a single string is taken as a list of one."""
+    if isinstance(value, Mapping):
+        return {k: [v] if isinstance(v, str) else v for k, v in value.items()}
+    return value
+
+
+HeaderMap = Annotated[dict[str, tuple[str, ...]], BeforeValidator(_header_lists)]
+
+
+class _Received(BaseModel):
+    model_config = ConfigDict(
+        extra="allow", frozen=True, populate_by_name=True, alias_generator=to_camel
+    )
+
+
+class DLQMessage(_Received):
+    """A dead-lettered message (spec 2.1), plus the fields the real service adds."""
+
+    message_id: str
+    topic_name: str | None = None
+    endpoint_name: str | None = None
+    url: str
+    method: str | None = None
+    header: HeaderMap = Field(default_factory=dict)
+    body: str | None = None
+    body_base64: str | None = None
+    max_retries: int | None = None
+    not_before: int | None = None
+    created_at: int
+    callback: str | None = None
+    failure_callback: str | None = None
+    schedule_id: str | None = None
+    caller_ip: str = Field(alias="callerIP")
+    dlq_id: str
+    queue_name: str | None = None
+    response_status: int | None = None
+    response_header: HeaderMap = Field(default_factory=dict)
+    response_body: str | None = None
+    response_body_base64: str | None = None
+    # Not in the spec's table, but sent by the real service when they apply.
+    labels: tuple[str, ...] | None = None
+    label: str | None = None
+    flow_control_key: str | None = None
+
+    def header_values(self, name: str) -> tuple[str, ...]:
+        """All values of request header `name`, matched case-insensitively."""
+        wanted = name.lower()
+        return tuple(v for k, vs in self.header.items() if k.lower() == wanted for v in vs)
+
+
+class AccountRecord(BaseModel):
+    """The token reset's answer (spec 2.2) with every limit of section 8.
+
+    The wire names are already snake_case. The secrets are SecretStr so that no
+    repr, log line or error message can show them.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    customer_id: str | None = None
+    id: str | None = None
+    password: SecretStr | None = None
+    token: SecretStr | None = None
+    active: bool | None = None
+    state: Literal["active", "passive"] | None = None
+    last_plan_upgrade_time: int | None = None
+    type: Literal["free", "paid"] | None = None
+    reserved_type: str | None = None
+    reserved_price: float | None = None
+    prod_pack_enabled: bool | None = None
+    created_by: str | None = None
+    creation_time: int | None = None
+    max_message_size: int | None = None
+    max_requests_per_day: int | None = None
+    max_requests_per_day_hard: int | None = None
+    max_endpoints_per_topic: int | None = None
+    max_requests_per_second: int | None = None
+    max_dlq_size: int | None = None
+    max_retries: int | None = None
+    max_topics: int | None = None
+    max_schedules: int | None = None
+    max_events_size: int | None = None
+    max_dlq_retention_time_milis: int | None = None
+    max_delay: int | None = None
+    max_parallelism: int | None = None
+    max_global_parallelism: int | None = None
+    max_queues: int | None = None
+    timeout: int | None = None
+
+
+class EndpointRef(BaseModel):
+    """An endpoint of a URL Group, by name or by url (spec 2.3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _name_or_url(self) -> EndpointRef:
+        if not self.name and not self.url:
+            raise ValueError("an endpoint reference needs a name or a url")
+        return self
+
+    def wire(self) -> dict[str, str]:
+        return self.model_dump(exclude_none=True)
+
+
+class URLGroup(_Received):
+    """A URL Group as QStash's get-URL-Group returns it."""
+
+    name: str
+    created_at: int | None = None
+    updated_at: int | None = None
+    endpoints: tuple[EndpointRef, ...] = ()
+
+
+class WorkflowRun(_Received):
+    """A workflow run created by a bulk resume or restart (spec 2.4)."""
+
+    workflow_run_id: str
+    workflow_created_at: int
+
+
+class BulkResult(_Received):
+    """One page of a bulk resume or restart (spec 4.4, 4.5)."""
+
+    workflow_runs: tuple[WorkflowRun, ...] = ()
+    cursor: str = ""
+
+    @field_validator("workflow_runs", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return () if value is None else value
+
+    @property
+    def done(self) -> bool:
+        """True when every matching workflow has been processed."""
+        return self.cursor == ""
+
+
+class _Sent(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FlowControl(_Sent):
+    """Flow control for the runs (spec 4.6): a key and at least one of its limits."""
+
+    key: str = Field(min_length=1)
+    parallelism: int | None = Field(default=None, ge=1)
+    rate: int | None = Field(default=None, ge=1)
+    period: str | None = Field(default=None, pattern=DURATION.pattern)
+
+    @model_validator(mode="after")
+    def _has_a_limit(self) -> FlowControl:
+        if self.parallelism is None and self.rate is None:
+            raise ValueError("flow control needs parallelism or rate")
+        return self
+
+    def value(self) -> str:
+        """The header value, e.g. `parallelism=5, rate=10, period=1m`."""
+        parts = {"parallelism": self.parallelism, "rate": self.rate, "period": self.period}
+        return ", ".join(f"{k}={v}" for k, v in parts.items() if v is not None)
+
+
+class Overrides(_Sent):
+    """Override values for resumed or restarted runs, sent as headers (spec 4.6)."""
+
+    retries: int | None = Field(default=None, ge=0)
+    delay: str | None = Field(default=None, pattern=DURATION.pattern)
+    retry_delay: str | None = Field(default=None, min_length=1)
+    flow_control: FlowControl | None = None
+    labels: tuple[str, ...] = ()
+    failure_callback: str | None = Field(default=None, min_length=1)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_words(cls, labels: tuple[str, ...]) -> tuple[str, ...]:
+        for label in labels:
+            if not label or "," in label:
+                raise ValueError(f"a label must be non-empty and have no comma: {label!r}")
+        return labels
+
+    def headers(self, prefix: str = "Service") -> dict[str, str]:
+        """The `<prefix>-*` headers, only for the values that are set."""
+        values: dict[str, str | None] = {
+            "Retries": None if self.retries is None else str(self.retries),
+            "Delay": self.delay,
+            "Retry-Delay": self.retry_delay,
+            "Flow-Control-Key": self.flow_control.key if self.flow_control else None,
+            "Flow-Control-Value": self.flow_control.value() if self.flow_control else None,
+            "Label": ",".join(self.labels) or None,
+            "Failure-Callback": self.failure_callback,
+        }
+        return {f"{prefix}-{name}": v for name, v in values.items() if v is not None}
+
+
+class BulkFilter(_Sent):
+    """Which DLQ workflows a bulk call selects (spec 4.7), other than by dlqIds."""
+
+    label: tuple[str, ...] = ()  # OR-ed by the service
+    from_date: int | None = None  # ms, inclusive
+    to_date: int | None = None  # ms, inclusive
+    workflow_url: str | None = None
+    workflow_run_id: str | None = None
+    workflow_created_at: int | None = None
+    failure_function_state: FailureFunctionState | None = None
+    caller_ip: str | None = None
+    flow_control_key: str | None = None
+
+    def query(self) -> list[tuple[str, str]]:
+        """Query parameters; arrays repeated (`label=a&label=b`)."""
+        params = [("label", label) for label in self.label]
+        for field, value in self.model_dump(exclude={"label"}, exclude_none=True).items():
+            params.append((to_camel(field), str(value)))
+        return params

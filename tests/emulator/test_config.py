@@ -1,0 +1,49 @@
+"""EmulatorConfig: defaults, generated secrets, the environment, and `run`."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon.emulator import EmulatorConfig
+
+
+def test_missing_credentials_are_generated() -> None:
+    """Without a token, password or keys, random ones are made and named in `generated`."""
+    config = EmulatorConfig(token="tok_given")
+    assert config.token == "tok_given"
+    assert config.password.startswith("pw_")
+    assert config.signing_key_current != config.signing_key_next
+    assert config.generated == {"password", "signing_key_current", "signing_key_next"}
+
+
+def test_repr_shows_no_secret() -> None:
+    """A config that ends up in a log line does not leak credentials."""
+    config = EmulatorConfig(token="tok_secret", password="pw_secret")
+    assert "secret" not in repr(config)
+
+
+def test_settings_are_read_from_the_environment() -> None:
+    """The EMULATOR_* variables set the config; unset ones keep defaults."""
+    config = EmulatorConfig.from_env(
+        {"EMULATOR_TOKEN": "tok_env", "EMULATOR_HEADER_PREFIX": "Upstash", "EMULATOR_MAX_RPS": "7"}
+    )
+    assert (config.token, config.header_prefix, config.max_requests_per_second) == (
+        "tok_env",
+        "Upstash",
+        7,
+    )
+    assert config.username == "ops@example.com"
+    assert "token" not in config.generated
+
+
+@pytest.mark.parametrize("value", ["0", "many", "-1"])
+def test_bad_max_rps_names_the_variable(value: str) -> None:
+    """EMULATOR_MAX_RPS must be a positive integer."""
+    with pytest.raises(ValueError, match="EMULATOR_MAX_RPS"):
+        EmulatorConfig.from_env({"EMULATOR_MAX_RPS": value})
+
+
+def test_header_prefix_must_be_one_word() -> None:
+    """The prefix becomes part of header names."""
+    with pytest.raises(ValueError, match="header_prefix"):
+        EmulatorConfig(header_prefix="Not A-Word")
