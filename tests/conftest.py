@@ -4,79 +4,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
 
 from daemon.emulator import EmulatorConfig, create_app
 from daemon.serving import serve_in_thread
-from daemon.upstream import Credentials, CredentialsHolder, RetryPolicy, ServiceClient
-
-TOKEN = "tok-test-initial"
-USERNAME = "ops@example.com"
-PASSWORD = "pw-test-initial"
-SIGNING_KEY_CURRENT = "sig-test-current"
-SIGNING_KEY_NEXT = "sig-test-next"
-
-# Fast but real backoff, so retry tests take milliseconds.
-FAST_RETRY = RetryPolicy(base_delay=0.01, max_delay=0.05, max_attempts=4, max_elapsed=5.0)
+from daemon.upstream import Credentials, CredentialsHolder, ServiceClient
+from tests.support import FAST_RETRY, PASSWORD, TOKEN, USERNAME, Service
+from tests.support import emulator_config as emulator_config_with
 
 
 @pytest.fixture
 def emulator_config() -> EmulatorConfig:
-    return EmulatorConfig(
-        token=TOKEN,
-        username=USERNAME,
-        password=PASSWORD,
-        signing_key_current=SIGNING_KEY_CURRENT,
-        signing_key_next=SIGNING_KEY_NEXT,
-        delivery_retry_delay=0.01,
-        # Seeded workflow URLs are fictional hosts: record the runs, do not deliver them.
-        execute_runs=False,
-    )
-
-
-@dataclass
-class Service:
-    """The emulator as the tests see it: its URL, a client for it and its control API."""
-
-    base_url: str
-    transport: httpx.AsyncBaseTransport | None
-    credentials: CredentialsHolder
-    client: ServiceClient
-    control: httpx.AsyncClient  # /_emulator/* and raw calls
-    client_http: httpx.AsyncClient  # the one `client` uses
-
-    def http(self, **kwargs: Any) -> httpx.AsyncClient:
-        """Another raw client to the same emulator (e.g. with other credentials)."""
-        return httpx.AsyncClient(base_url=self.base_url, transport=self.transport, **kwargs)
-
-    def client_with(self, http: httpx.AsyncClient | None = None, **options: Any) -> ServiceClient:
-        """A client for this emulator with other options (limiter, retry, observe...)."""
-        options.setdefault("retry", FAST_RETRY)
-        return ServiceClient(
-            http or self.client_http,
-            base_url=self.base_url,
-            credentials=self.credentials,
-            **options,
-        )
-
-    async def seed(self, *messages: dict[str, Any]) -> list[str]:
-        response = await self.control.post("/_emulator/dlq", json={"messages": list(messages)})
-        response.raise_for_status()
-        ids: list[str] = response.json()["dlqIds"]
-        return ids
-
-    async def journal(self) -> list[dict[str, Any]]:
-        response = await self.control.get("/_emulator/journal")
-        response.raise_for_status()
-        calls: list[dict[str, Any]] = response.json()
-        return calls
-
-    async def fault(self, **fault: Any) -> None:
-        (await self.control.post("/_emulator/faults", json=fault)).raise_for_status()
+    # Seeded workflow URLs are fictional hosts: record the runs, do not deliver them.
+    return emulator_config_with(delivery_retry_delay=0.01, execute_runs=False)
 
 
 @pytest.fixture(params=["asgi", "socket"])

@@ -9,29 +9,13 @@ import pytest
 from fastapi import FastAPI
 
 from daemon.emulator import Emulator, EmulatorConfig, create_app
-from tests.emulator.support import (
-    BEARER,
-    PASSWORD,
-    SIGNING_KEY_CURRENT,
-    SIGNING_KEY_NEXT,
-    TOKEN,
-    USERNAME,
-    FakeClock,
-    Sink,
-)
+from tests.emulator.support import BEARER, FakeClock, Sink
+from tests.support import emulator_config
 
 
 @pytest.fixture
 def config() -> EmulatorConfig:
-    return EmulatorConfig(
-        token=TOKEN,
-        username=USERNAME,
-        password=PASSWORD,
-        signing_key_current=SIGNING_KEY_CURRENT,
-        signing_key_next=SIGNING_KEY_NEXT,
-        delivery_retry_delay=0.001,
-        max_delay_seconds=0.01,
-    )
+    return emulator_config(delivery_retry_delay=0.001, max_delay_seconds=0.01)
 
 
 @pytest.fixture

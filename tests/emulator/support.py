@@ -8,12 +8,9 @@ from typing import Any
 
 import httpx
 
-TOKEN = "tok_emulator_tests_initial_token"
-USERNAME = "ops@example.com"
-PASSWORD = "pw_emulator_tests_initial_password"
-# 32 bytes or more, so PyJWT has no reason to warn when the tests verify signatures.
-SIGNING_KEY_CURRENT = "sig_current_emulator_tests_key_0123456789"
-SIGNING_KEY_NEXT = "sig_next_emulator_tests_key_0123456789abcd"
+from tests.support import PASSWORD, SIGNING_KEY_CURRENT, SIGNING_KEY_NEXT, TOKEN, USERNAME
+
+__all__ = ["PASSWORD", "SIGNING_KEY_CURRENT", "SIGNING_KEY_NEXT", "TOKEN", "USERNAME"]
 START = 1_763_712_000.25  # the fake clock's first reading, unix seconds
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -21,7 +21,7 @@ from daemon.upstream import (
     ServiceClient,
     Timeout,
 )
-from tests.conftest import FAST_RETRY, TOKEN, USERNAME, Service
+from tests.support import FAST_RETRY, TOKEN, USERNAME, Service
 
 
 async def test_server_errors_are_retried_until_success(service: Service) -> None:

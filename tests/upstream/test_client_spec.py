@@ -19,7 +19,7 @@ from daemon.upstream import (
     Overrides,
     Unauthorized,
 )
-from tests.conftest import PASSWORD, TOKEN, USERNAME, Service
+from tests.support import PASSWORD, TOKEN, USERNAME, Service
 
 
 def workflows(n: int, **fields: Any) -> list[dict[str, Any]]:
