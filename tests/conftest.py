@@ -30,8 +30,12 @@ async def service(
         async with httpx.AsyncClient() as outbound:
             app = create_app(emulator_config, http_client=outbound)
             transport = httpx.ASGITransport(app=app)
-            async with _service("http://emulator.test", transport) as service:
-                yield service
+            try:
+                async with _service("http://emulator.test", transport) as service:
+                    yield service
+            finally:
+                # ASGITransport runs no lifespan: end the emulator's background work here.
+                await app.state.emulator.aclose()
     else:
         with serve_in_thread(create_app(emulator_config)) as url:
             async with _service(url, None) as service:

@@ -35,6 +35,19 @@ def emulator_config(**settings: Any) -> EmulatorConfig:
     return dataclasses.replace(base, **settings)
 
 
+def workflows(n: int, **fields: Any) -> list[dict[str, Any]]:
+    """`n` workflow DLQ entries to seed, runs wfr_0, wfr_1...; `fields` set on each."""
+    return [
+        {
+            "url": "https://app.example.com/wf",
+            "workflowRunId": f"wfr_{i}",
+            "callerIP": "203.0.113.7",
+            **fields,
+        }
+        for i in range(n)
+    ]
+
+
 @dataclass
 class Service:
     """The emulator as the tests see it: its URL, a client for it and its control API."""

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-FaultKind = Literal["status", "latency", "drop", "rate_limit"]
+FaultKind = Literal["status", "latency", "drop", "rate_limit", "malformed"]
 
 
 class FaultSpec(BaseModel):
@@ -17,8 +17,10 @@ class FaultSpec(BaseModel):
     `status`: answer `status` with `{"error"}`. `latency`: wait `seconds`, then answer
     normally. `drop`: start an answer and close the connection mid-body. `rate_limit`: a 429
     with the `Burst-RateLimit-*` headers (limit = `limit`, else the account's), and
-    `Retry-After` only when `retryAfter` is given. Applies to the next `times` service calls
-    whose path starts with one of `paths` (every service call when empty).
+    `Retry-After` only when `retryAfter` is given. `malformed`: a 200 whose body is not
+    JSON, as a broken proxy or an incompatible service version would send. Applies to
+    the next `times` service calls whose path starts with one of `paths` (every service
+    call when empty).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from starlette.datastructures import Headers
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from daemon.emulator.account import DEFAULT_LIMITS
+from daemon.emulator.account import DEFAULT_LIMITS, Account, parse_basic, parse_bearer
 from daemon.emulator.emulator import Emulator
 from daemon.emulator.errors import error_response
 from daemon.emulator.faults import ConnectionDropped, FaultSpec
@@ -24,6 +26,18 @@ def is_rate_limited(path: str) -> bool:
     return path.startswith("/v2/") or path == ACCOUNT_PATH
 
 
+def is_authenticated(scope: Scope, account: Account) -> bool:
+    """Whether the call carries the account's credentials. Only such calls count toward
+    its rate limit: a call with a bad token cannot be charged to the account, and is
+    answered 401, not 429."""
+    authorization = Headers(scope=scope).get("authorization", "")
+    if scope["path"] == ACCOUNT_PATH:
+        basic = parse_basic(authorization)
+        return basic is not None and account.credentials_are(*basic)
+    token = parse_bearer(authorization)
+    return token is not None and account.token_is(token)
+
+
 def _add_headers(message: Message, headers: dict[str, str]) -> Message:
     """`headers` added to a response start, except those the response already has."""
     present = {name.lower() for name, _ in message.get("headers", [])}
@@ -38,7 +52,8 @@ def _add_headers(message: Message, headers: dict[str, str]) -> Message:
 class ServiceGate:
     """ASGI middleware in front of every service route (everything but `/_emulator/*`).
 
-    In order: the call is counted in its rate-limit window (every arrival counts), an armed
+    In order: the call is counted in its rate-limit window (every authenticated arrival
+    counts), an armed
     fault is applied, the limit is enforced (429), and the app answers. The `Burst-RateLimit-*`
     headers go on every answer while a limit is set; no `Retry-After` (the service promises
     none) unless a fault asks for it. The call is journaled when it has been answered.
@@ -61,7 +76,8 @@ class ServiceGate:
     async def _serve(self, scope: Scope, receive: Receive, send: Send, call: Call) -> None:
         emulator = self.emulator
         path: str = scope["path"]
-        verdict = emulator.limiter.hit(emulator.clock()) if is_rate_limited(path) else None
+        counted = is_rate_limited(path) and is_authenticated(scope, emulator.account)
+        verdict = emulator.limiter.hit(emulator.clock()) if counted else None
         burst = verdict.headers() if verdict is not None else {}
 
         async def receive_journaled() -> Message:
@@ -98,6 +114,7 @@ class ServiceGate:
             return False
         if fault.kind == "drop":
             await _drop(send, call)
+        response: Response
         if fault.kind == "rate_limit":
             limit = (
                 fault.limit
@@ -107,6 +124,8 @@ class ServiceGate:
             reset = int(self.emulator.clock()) + 1
             headers = {**burst_headers(limit, 0, reset), **fault.retry_after_header()}
             response = error_response(429, "rate limit exceeded", headers)
+        elif fault.kind == "malformed":
+            response = Response("<html>not the service</html>", media_type="text/html")
         else:
             response = error_response(fault.status, f"injected fault: status {fault.status}")
         await response(scope, receive, send)

@@ -5,6 +5,7 @@ from daemon.upstream.credentials import Credentials, CredentialsHolder
 from daemon.upstream.errors import (
     BadRequest,
     ConnectionFailed,
+    InvalidResponse,
     NotFound,
     RateLimited,
     ResponseError,
@@ -43,6 +44,7 @@ __all__ = [
     "DLQMessage",
     "EndpointRef",
     "FlowControl",
+    "InvalidResponse",
     "NotFound",
     "Overrides",
     "RateLimited",

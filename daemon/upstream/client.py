@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
 
 from daemon.upstream.credentials import Credentials, CredentialsHolder
 from daemon.upstream.errors import (
+    InvalidResponse,
     RateLimited,
     ServiceError,
     Unauthorized,
@@ -42,6 +44,7 @@ from daemon.upstream.retry import RetryPolicy
 MAX_BULK = 50  # the service processes at most 50 workflow runs per bulk call
 
 Auth = Literal["bearer", "basic"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,13 +97,15 @@ class ServiceClient:
     async def get_dlq_message(self, dlq_id: str) -> DLQMessage:
         """Spec 4.1. Raises NotFound once the message has left the DLQ."""
         response = await self._call("get_dlq_message", "GET", f"/v2/dlq/{_segment(dlq_id)}")
-        return DLQMessage.model_validate(response.json())
+        return _parse(DLQMessage.model_validate, response, "get_dlq_message")
 
     async def rotate_token(self) -> AccountRecord:
         """Spec 4.2: reset the account token; the answer carries the new credentials.
 
         Not idempotent: it is repeated only when the request never reached the
-        service. Any other failure leaves the outcome unknown and is raised.
+        service. Any other failure leaves the outcome unknown and is raised. The
+        caller swaps the credentials, inside `CredentialsHolder.rotating()`. The
+        account's rate limit is adopted here.
         """
         response = await self._call(
             "rotate_token",
@@ -110,7 +115,9 @@ class ServiceClient:
             auth="basic",
             idempotent=False,
         )
-        return AccountRecord.model_validate(response.json())
+        record = _parse(AccountRecord.lenient, response, "rotate_token")
+        self.limiter.learn(record.max_requests_per_second)
+        return record
 
     async def remove_endpoints(self, group: str, endpoints: Sequence[EndpointRef]) -> None:
         """Spec 4.3. Removing the last endpoint deletes the group."""
@@ -124,7 +131,7 @@ class ServiceClient:
     async def get_url_group(self, group: str) -> URLGroup:
         """QStash's get-URL-Group (not in the spec): the group's endpoints."""
         response = await self._call("get_url_group", "GET", f"/v2/topics/{_segment(group)}")
-        return URLGroup.model_validate(response.json())
+        return _parse(URLGroup.model_validate, response, "get_url_group")
 
     async def add_endpoints(self, group: str, endpoints: Sequence[EndpointRef]) -> None:
         """QStash's add-endpoints (not in the spec), creating the group if needed."""
@@ -148,8 +155,11 @@ class ServiceClient:
         """Spec 4.4 / 4.5: one bulk resume or restart call.
 
         With `dlq_ids` the service ignores every other filter, so passing both is
-        refused here. Retrying is safe: processed entries leave the DLQ, so a repeat
-        cannot act on them twice.
+        refused here. A call by dlqIds is retried freely: processed entries leave the
+        DLQ, so a repeat cannot act on them twice (it may report fewer runs than were
+        made, when the first answer was lost). A call by filter is repeated only when
+        it surely never reached the service: a repeat would act on the next matching
+        runs, beyond `count`, while the first batch's runs went unreported.
         """
         if action not in ("resume", "restart"):
             raise ValueError(f"bulk action must be resume or restart, got {action!r}")
@@ -168,9 +178,14 @@ class ServiceClient:
             params.append(("count", str(count)))
         headers = overrides.headers(self.header_prefix) if overrides else {}
         response = await self._call(
-            action, "POST", f"/v2/workflows/dlq/{action}", params=params, headers=headers
+            action,
+            "POST",
+            f"/v2/workflows/dlq/{action}",
+            params=params,
+            headers=headers,
+            idempotent=bool(dlq_ids),
         )
-        return BulkResult.model_validate(response.json())
+        return _parse(BulkResult.model_validate, response, action)
 
     async def bulk_pages(
         self,
@@ -249,7 +264,7 @@ class ServiceClient:
                 isinstance(error, Unauthorized)
                 and auth == "bearer"
                 and not retried_with_new_token
-                and self._credentials.current.token != credentials.token
+                and await self._rotated_since(credentials)
             ):
                 # The token was rotated while this call was in flight: one more try.
                 retried_with_new_token = True
@@ -267,6 +282,14 @@ class ServiceClient:
                 self.limiter.pause(delay)  # the whole account is over its limit
             else:
                 await self._sleep(delay)
+
+    async def _rotated_since(self, used: Credentials) -> bool:
+        """Whether newer credentials than `used` are (or, once a rotation under way
+        settles, will be) in the holder."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._retry.max_server_wait):
+                await self._credentials.settled()
+        return self._credentials.current.token != used.token
 
     def _record(
         self,
@@ -303,10 +326,24 @@ def _authorization(auth: Auth, credentials: Credentials) -> str:
 
 
 def _segment(value: str) -> str:
-    """A path segment, quoted so an id can never change the path."""
-    if not value:
-        raise ValueError("a path segment cannot be empty")
+    """A path segment, quoted so an id can never change the path.
+
+    Quoting leaves `.` and `..` alone, and URL normalisation would then walk up the
+    path (`/v2/topics/..` is `/v2`), so those are refused, like control characters.
+    """
+    if value in ("", ".", "..") or any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        raise ValueError(f"not a usable id or name in a URL path: {value!r}")
     return quote(value, safe="")
+
+
+def _parse(parse: Callable[[Any], T], response: httpx.Response, operation: str) -> T:
+    """The answer's JSON as a model; InvalidResponse when it is not what the spec says."""
+    try:
+        return parse(response.json())
+    except ValueError as exc:  # invalid JSON, or pydantic's ValidationError
+        raise InvalidResponse(
+            f"answer is not what the spec says ({type(exc).__name__})", operation=operation
+        ) from None
 
 
 def _endpoint_list(endpoints: Sequence[EndpointRef]) -> list[dict[str, str]]:

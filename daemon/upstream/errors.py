@@ -7,6 +7,7 @@
     │   ├── NotFound           404: e.g. the DLQ message was removed
     │   ├── RateLimited        429: carries the wait the service told us, if any
     │   └── ServerError        5xx
+    ├── InvalidResponse        a success status with a body that is not what the spec says
     └── TransportError         no usable answer
         ├── Timeout            connect, read, write or pool timeout
         └── ConnectionFailed   refused, reset or dropped mid-response
@@ -81,6 +82,13 @@ class RateLimited(ResponseError):
 
 class ServerError(ResponseError):
     reason = "server_error"
+
+
+class InvalidResponse(ServiceError):
+    """The service said yes but its answer does not parse: a bug or an incompatible
+    service version, not something a retry fixes."""
+
+    reason = "invalid_response"
 
 
 class TransportError(ServiceError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -17,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -27,8 +29,15 @@ FailureFunctionState = Literal[
     "CALLBACK_INPROGRESS", "CALLBACK_SUCCESS", "CALLBACK_FAIL", "CALLBACK_CANCELED"
 ]
 
-# QStash durations: a whole number and a unit, e.g. 30s, 5m, 2h, 1d.
-DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
+# What the service accepts in override headers (QStash's formats).
+DURATION = re.compile(r"^[0-9]+[smhd]$")  # a whole number and a unit: 30s, 5m, 2h, 1d
+LABEL = re.compile(r"^[A-Za-z0-9_.\-]+$")
+HEADER_WORD = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: safe as a header value
+# Retry delay: arithmetic over `retried` with a few functions, e.g. pow(2, retried) * 1000.
+RETRY_DELAY = re.compile(r"^[0-9a-z_+\-*/(),. ]+$")
+RETRY_DELAY_NAMES = frozenset(
+    {"retried", "pow", "sqrt", "abs", "exp", "floor", "ceil", "round", "min", "max"}
+)
 
 
 def _header_lists(value: Any) -> Any:
@@ -96,9 +105,9 @@ class AccountRecord(BaseModel):
     password: SecretStr | None = None
     token: SecretStr | None = None
     active: bool | None = None
-    state: Literal["active", "passive"] | None = None
+    state: str | None = None  # active, passive: not a Literal, see `lenient`
     last_plan_upgrade_time: int | None = None
-    type: Literal["free", "paid"] | None = None
+    type: str | None = None  # free, paid
     reserved_type: str | None = None
     reserved_price: float | None = None
     prod_pack_enabled: bool | None = None
@@ -120,6 +129,22 @@ class AccountRecord(BaseModel):
     max_global_parallelism: int | None = None
     max_queues: int | None = None
     timeout: int | None = None
+
+    @classmethod
+    def lenient(cls, data: Any) -> AccountRecord:
+        """Parse the reset's answer, dropping any field that does not fit its type.
+
+        The reset has already replaced the credentials when this runs: refusing the
+        whole record over, say, a new plan type would lose the only copy of the new
+        token. A field that does not parse is dropped; the rest is kept.
+        """
+        if not isinstance(data, dict):
+            raise ValueError("the account record is not a JSON object")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
+            return cls.model_validate({k: v for k, v in data.items() if k not in bad})
 
 
 class EndpointRef(BaseModel):
@@ -180,7 +205,7 @@ class _Sent(BaseModel):
 class FlowControl(_Sent):
     """Flow control for the runs (spec 4.6): a key and at least one of its limits."""
 
-    key: str = Field(min_length=1)
+    key: str = Field(pattern=HEADER_WORD.pattern)
     parallelism: int | None = Field(default=None, ge=1)
     rate: int | None = Field(default=None, ge=1)
     period: str | None = Field(default=None, pattern=DURATION.pattern)
@@ -202,18 +227,47 @@ class Overrides(_Sent):
 
     retries: int | None = Field(default=None, ge=0)
     delay: str | None = Field(default=None, pattern=DURATION.pattern)
-    retry_delay: str | None = Field(default=None, min_length=1)
+    retry_delay: str | None = Field(default=None, pattern=RETRY_DELAY.pattern)
     flow_control: FlowControl | None = None
     labels: tuple[str, ...] = ()
-    failure_callback: str | None = Field(default=None, min_length=1)
+    failure_callback: str | None = None
 
     @field_validator("labels")
     @classmethod
     def _labels_are_words(cls, labels: tuple[str, ...]) -> tuple[str, ...]:
         for label in labels:
-            if not label or "," in label:
-                raise ValueError(f"a label must be non-empty and have no comma: {label!r}")
+            if not LABEL.match(label):
+                raise ValueError(f"a label is letters, digits, '-', '_' or '.'; got {label!r}")
         return labels
+
+    @field_validator("retry_delay")
+    @classmethod
+    def _balanced(cls, expression: str | None) -> str | None:
+        depth = 0
+        for char in expression or "":
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth < 0:
+                break
+        if depth != 0:
+            raise ValueError(f"unbalanced parentheses in retry delay {expression!r}")
+        unknown = sorted(set(re.findall(r"[a-z_]+", expression or "")) - RETRY_DELAY_NAMES)
+        if unknown:
+            names = ", ".join(sorted(RETRY_DELAY_NAMES))
+            raise ValueError(f"unknown name {unknown[0]!r} in retry delay; known: {names}")
+        return expression
+
+    @field_validator("failure_callback")
+    @classmethod
+    def _absolute_http_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parts = urlsplit(url)
+            if (
+                not HEADER_WORD.match(url)
+                or parts.scheme not in ("http", "https")
+                or not parts.hostname
+            ):
+                raise ValueError(f"the failure callback must be an http(s) URL, got {url!r}")
+        return url
 
     def headers(self, prefix: str = "Service") -> dict[str, str]:
         """The `<prefix>-*` headers, only for the values that are set."""

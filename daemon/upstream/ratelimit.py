@@ -15,10 +15,13 @@ Sleep = Callable[[float], Awaitable[None]]
 class RateLimiter:
     """A sliding-window limiter shared by every caller of one account.
 
-    At most `capacity` calls start in any window of `window` seconds, measured on the
-    injected monotonic clock. A sliding window bounds every fixed window the
-    service may count in, so staying under it never draws a 429. Waiters are served
-    in arrival order (asyncio.Lock is FIFO), so a burst drains fairly.
+    At most `capacity` calls start in any window of `window + headroom` seconds,
+    measured on the injected monotonic clock. The service counts arrivals in its own
+    windows; a call arrives some variable time after it starts, so two starts a
+    second apart can arrive less than a second apart. `headroom` absorbs that much
+    variation in network delay, at the price of `headroom` seconds a window of
+    throughput (5% by default). Waiters are served in arrival order (asyncio.Lock is
+    FIFO), so a burst drains fairly.
 
     The rate is either pinned (configured by the operator) or learned: from the
     account record's `max_requests_per_second` or a response's
@@ -31,9 +34,13 @@ class RateLimiter:
         rate: float | None = None,
         *,
         pinned: bool = False,
+        headroom: float = 0.05,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
+        if headroom < 0:
+            raise ValueError(f"headroom cannot be negative, got {headroom}")
+        self._headroom = headroom
         self._clock = clock
         self._sleep = sleep
         self._lock = asyncio.Lock()
@@ -87,4 +94,4 @@ class RateLimiter:
             return
         # Under one call a second, widen the window instead of allowing a fraction.
         self._capacity = max(1, math.floor(rate))
-        self._window = self._capacity / rate
+        self._window = self._capacity / rate + self._headroom

@@ -17,11 +17,11 @@ from daemon.upstream.errors import (
 class RetryPolicy:
     """Exponential backoff with full jitter, bounded in attempts and in total time.
 
-    Retried: 429 (always: the service refused before doing anything), 5xx and
-    transport failures. A call that is not idempotent (the token reset) is repeated
-    only when it certainly never reached the service, because repeating it could
-    act twice. Everything else (400, 401, 404, ...) is final: the same request
-    would fail the same way.
+    Retried: 429 (always: the service refused before doing anything, and at least
+    `base_delay` later), 5xx and transport failures. A call that is not idempotent
+    (the token reset, a bulk call by filter) is repeated only when it certainly never
+    reached the service, because repeating it could act twice. Everything else (400,
+    401, 404, ...) is final: the same request would fail the same way.
     """
 
     max_attempts: int = 6
@@ -59,10 +59,12 @@ class RetryPolicy:
         """
         if attempt >= self.max_attempts or not self.is_retryable(error, idempotent=idempotent):
             return None
-        if isinstance(error, RateLimited) and error.retry_after is not None:
-            delay = min(max(error.retry_after, 0.0), self.max_server_wait)
-        else:
-            delay = self.backoff(attempt, rand)
+        delay = self.backoff(attempt, rand)
+        if isinstance(error, RateLimited):
+            # Never less than base_delay: a wait of 0 (or a reset already past, when the
+            # clocks disagree) would otherwise retry in a hot loop.
+            told = min(error.retry_after or 0.0, self.max_server_wait)
+            delay = max(told, delay, self.base_delay)
         if elapsed + delay > self.max_elapsed:
             return None
         return delay

@@ -66,12 +66,24 @@ async def test_stats_count_429s_and_the_busiest_window(
 
 
 @pytest.mark.usefixtures("limited")
-async def test_account_endpoint_counts_toward_the_limit(anonymous: httpx.AsyncClient) -> None:
+async def test_account_endpoint_counts_toward_the_limit(
+    client: httpx.AsyncClient, anonymous: httpx.AsyncClient
+) -> None:
     """The token reset is rate-limited with the message operations."""
     for _ in range(2):
-        await anonymous.get("/v2/dlq/1-0")
+        await client.get("/v2/dlq/1-0")
     response = await anonymous.post("/service/user/rotatetoken", headers=basic(USERNAME, PASSWORD))
     assert response.status_code == 429
+
+
+@pytest.mark.usefixtures("limited")
+async def test_unauthenticated_calls_do_not_count(
+    client: httpx.AsyncClient, anonymous: httpx.AsyncClient
+) -> None:
+    """A call without the account's credentials is a 401 and uses none of its quota."""
+    statuses = [(await anonymous.get("/v2/dlq/1-0")).status_code for _ in range(5)]
+    assert statuses == [401] * 5
+    assert (await client.get("/v2/dlq/1-0")).status_code == 404
 
 
 @pytest.mark.usefixtures("limited")

@@ -10,18 +10,22 @@ import pytest
 
 from daemon.upstream import (
     BadRequest,
+    BulkFilter,
     CallRecord,
     ConnectionFailed,
     Credentials,
     CredentialsHolder,
+    EndpointRef,
+    InvalidResponse,
     NotFound,
     RateLimiter,
     RetryPolicy,
     ServerError,
     ServiceClient,
     Timeout,
+    Unauthorized,
 )
-from tests.support import FAST_RETRY, TOKEN, USERNAME, Service
+from tests.support import FAST_RETRY, TOKEN, USERNAME, Service, workflows
 
 
 async def test_server_errors_are_retried_until_success(service: Service) -> None:
@@ -60,19 +64,15 @@ async def test_rate_limited_call_waits_as_told(service: Service) -> None:
 
 async def test_a_429_slows_every_caller(service: Service) -> None:
     """After one caller is told to wait, the others wait too instead of piling on."""
+    refused = asyncio.Event()
+    client = service.client_with(observe=lambda call: call.status == 429 and refused.set())
     await service.fault(kind="rate_limit", retryAfter=0.4, times=1)
-    with pytest.raises(NotFound):
-        await service.client.get_dlq_message("1-0")  # draws the 429, pauses the limiter
-    started = time.monotonic()
-    await service.client.limiter.acquire()
-    assert time.monotonic() - started == pytest.approx(0, abs=0.05)  # the pause is over
-    await service.fault(kind="rate_limit", retryAfter=0.4, times=1)
-    first = asyncio.create_task(service.client.get_dlq_message("1-0"))
-    await asyncio.sleep(0.1)  # `first` has drawn its 429 by now
+    first = asyncio.create_task(client.get_dlq_message("1-0"))
+    await refused.wait()  # `first` drew the 429; the limiter is paused for everyone
     started = time.monotonic()
     with pytest.raises(NotFound):
-        await service.client.get_dlq_message("2-0")
-    assert time.monotonic() - started >= 0.2
+        await client.get_dlq_message("2-0")
+    assert time.monotonic() - started >= 0.3
     with pytest.raises(NotFound):
         await first
 
@@ -85,17 +85,25 @@ async def test_limit_announced_by_the_service_is_learned(service: Service) -> No
     assert service.client.limiter.rate == 37
 
 
-async def test_token_rotated_in_flight_is_retried_once_with_the_new_one(service: Service) -> None:
-    """A call sent with the old token while a rotation lands gets one more try."""
+async def test_call_refused_during_a_rotation_waits_for_the_new_token(service: Service) -> None:
+    """A call sent with the old token and refused while the new one is being saved
+    waits for the swap and tries once more, instead of failing."""
+    refused = asyncio.Event()
+    client = service.client_with(observe=lambda call: call.status == 401 and refused.set())
     await service.fault(kind="latency", seconds=0.3, times=1, paths=["/v2/dlq"])
-    pending = asyncio.create_task(service.client.get_dlq_message("1-0"))
-    await asyncio.sleep(0.1)  # the call is in the emulator, holding the old token
-    record = await service.client.rotate_token()
-    assert record.token is not None
-    assert record.password is not None
-    service.credentials.replace(
-        Credentials(record.token.get_secret_value(), USERNAME, record.password.get_secret_value())
-    )
+    pending = asyncio.create_task(client.get_dlq_message("1-0"))
+    for _ in range(3):  # let it read the old token and go out
+        await asyncio.sleep(0)
+    async with service.credentials.rotating():
+        record = await client.rotate_token()
+        await refused.wait()  # the old token was refused while the new one is not in yet
+        assert record.token is not None
+        assert record.password is not None
+        service.credentials.replace(
+            Credentials(
+                record.token.get_secret_value(), USERNAME, record.password.get_secret_value()
+            )
+        )
     with pytest.raises(NotFound):  # authorised on the second try; the id is just unknown
         await pending
     statuses = [(c["path"], c["status"]) for c in await service.journal()]
@@ -104,6 +112,58 @@ async def test_token_rotated_in_flight_is_retried_once_with_the_new_one(service:
         ("/v2/dlq/1-0", 401),
         ("/v2/dlq/1-0", 404),
     ]
+
+
+async def test_refused_token_without_a_rotation_fails_at_once(service: Service) -> None:
+    """A 401 with no rotation under way or done is final: no retry, no wait."""
+    service.credentials.replace(Credentials("revoked"))
+    with pytest.raises(Unauthorized):
+        await service.client.get_dlq_message("1-0")
+    assert len(await service.journal()) == 1
+
+
+async def test_rotation_adopts_the_account_rate_limit(service: Service) -> None:
+    """The reset's account record sets the limiter to max_requests_per_second."""
+    assert service.client.limiter.rate is None
+    record = await service.client.rotate_token()
+    assert record.max_requests_per_second is not None
+    assert service.client.limiter.rate == record.max_requests_per_second
+
+
+async def test_bulk_by_filter_is_not_repeated_after_a_server_error(service: Service) -> None:
+    """A repeat would act on the next matching runs, so a 503 is raised, not retried."""
+    await service.seed(*workflows(3))
+    await service.fault(kind="status", status=503, times=1)
+    with pytest.raises(ServerError):
+        await service.client.bulk("resume", filter=BulkFilter(), count=2)
+    assert len(await service.journal()) == 1
+
+
+async def test_bulk_by_ids_is_retried_after_a_server_error(service: Service) -> None:
+    """By dlqIds a repeat cannot act twice, so a 503 is retried."""
+    ids = await service.seed(*workflows(2))
+    await service.fault(kind="status", status=503, times=1)
+    result = await service.client.bulk("resume", dlq_ids=ids)
+    assert len(result.workflow_runs) == 2
+    assert [c["status"] for c in await service.journal()] == [503, 200]
+
+
+async def test_malformed_answer_is_invalid_response(service: Service) -> None:
+    """A 200 that is not the spec's JSON raises InvalidResponse, and is not retried."""
+    await service.fault(kind="malformed", times=5)
+    with pytest.raises(InvalidResponse):
+        await service.client.get_dlq_message("1-0")
+    assert len(await service.journal()) == 1
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a\nb"])
+async def test_path_walking_names_are_refused_before_any_call(service: Service, name: str) -> None:
+    """An id or group name that would change the URL's path is refused up front."""
+    with pytest.raises(ValueError, match="not a usable id or name"):
+        await service.client.get_dlq_message(name)
+    with pytest.raises(ValueError, match="not a usable id or name"):
+        await service.client.remove_endpoints(name, [EndpointRef(name="a")])
+    assert await service.journal() == []
 
 
 SOCKET_ONLY = pytest.mark.parametrize("service", ["socket"], indirect=True)

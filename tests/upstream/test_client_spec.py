@@ -7,31 +7,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
+from daemon.emulator import create_app
 from daemon.upstream import (
     MAX_BULK,
     BulkFilter,
     Credentials,
+    CredentialsHolder,
     EndpointRef,
     FlowControl,
     NotFound,
     Overrides,
+    ServiceClient,
     Unauthorized,
 )
-from tests.support import PASSWORD, TOKEN, USERNAME, Service
-
-
-def workflows(n: int, **fields: Any) -> list[dict[str, Any]]:
-    return [
-        {
-            "url": "https://app.example.com/wf",
-            "workflowRunId": f"wfr_{i}",
-            "callerIP": "203.0.113.7",
-            **fields,
-        }
-        for i in range(n)
-    ]
+from tests.support import PASSWORD, TOKEN, USERNAME, Service, emulator_config, workflows
 
 
 async def test_get_returns_the_dead_lettered_message(service: Service) -> None:
@@ -91,7 +83,10 @@ async def test_added_endpoint_creates_the_group(service: Service) -> None:
 
 
 async def test_dlq_ids_override_every_other_filter(service: Service) -> None:
-    """With dlqIds, a filter that matches nothing is ignored by the service."""
+    """With dlqIds, a filter that matches nothing is ignored by the service.
+
+    Sent raw: the client refuses to send both, precisely because of this rule.
+    """
     ids = await service.seed(*workflows(3, labels=["billing"]))
     async with service.http(headers={"Authorization": f"Bearer {TOKEN}"}) as raw:
         response = await raw.post(
@@ -106,13 +101,52 @@ async def test_dlq_ids_override_every_other_filter(service: Service) -> None:
     assert (await service.client.get_dlq_message(ids[0])).dlq_id == ids[0]
 
 
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ({"dlq_ids": ["1-0"], "filter": BulkFilter(label=("a",))}, "exclude each other"),
+        ({"dlq_ids": [f"{i}-0" for i in range(MAX_BULK + 1)]}, "at most 50 dlqIds"),
+        ({"filter": BulkFilter(), "count": 0}, "count must be at least 1"),
+    ],
+    ids=["dlqIds with a filter", "over 50 dlqIds", "count of 0"],
+)
+async def test_bulk_calls_the_service_would_misread_are_refused(
+    service: Service, call: dict[str, Any], message: str
+) -> None:
+    """Arguments the service would ignore or cap are refused before any call."""
+    with pytest.raises(ValueError, match=message):
+        await service.client.bulk("resume", **call)
+    assert await service.journal() == []
+
+
 async def test_label_filters_are_ored(service: Service) -> None:
     """A run matches when it has any one of the labels asked for."""
     await service.seed(
-        *workflows(1, labels=["a"]), *workflows(1, labels=["b"]), *workflows(1, labels=["c"])
+        {**workflows(1)[0], "workflowRunId": "wfr_a", "labels": ["a"]},
+        {**workflows(1)[0], "workflowRunId": "wfr_b", "labels": ["b", "x"]},
+        {**workflows(1)[0], "workflowRunId": "wfr_c", "labels": ["c"]},
     )
-    result = await service.client.bulk("restart", filter=BulkFilter(label=("a", "b")))
-    assert len(result.workflow_runs) == 2
+    await service.client.bulk("restart", filter=BulkFilter(label=("a", "b")))
+    runs = (await service.control.get("/_emulator/runs")).json()
+    assert sorted(run["previousWorkflowRunId"] for run in runs) == ["wfr_a", "wfr_b"]
+
+
+async def test_arrays_go_on_the_wire_as_repeated_parameters(service: Service) -> None:
+    """dlqIds and label are sent as dlqIds=a&dlqIds=b, never comma-joined."""
+    ids = await service.seed(*workflows(2))
+    await service.client.bulk("resume", dlq_ids=ids)
+    await service.client.bulk("resume", filter=BulkFilter(label=("a", "b")), count=5)
+    first, second = [call["query"] for call in await service.journal()]
+    assert first == [["dlqIds", ids[0]], ["dlqIds", ids[1]]]
+    assert second == [["label", "a"], ["label", "b"], ["count", "5"]]
+
+
+async def test_the_service_caps_a_call_at_fifty(service: Service) -> None:
+    """Without count, one call processes 50 runs and hands back a cursor."""
+    await service.seed(*workflows(60))
+    result = await service.client.bulk("restart", filter=BulkFilter())
+    assert len(result.workflow_runs) == MAX_BULK
+    assert not result.done
 
 
 async def test_other_filters_are_anded(service: Service) -> None:
@@ -189,6 +223,27 @@ async def test_override_headers_are_recorded_on_the_new_runs(service: Service) -
         assert run["mode"] == "resume"
         recorded = {k.lower(): v for k, v in run["rawHeaders"].items()}
         assert recorded == {k.lower(): v for k, v in overrides.headers("Service").items()}
+
+
+async def test_upstash_prefix_end_to_end() -> None:
+    """Against a service speaking QStash's prefix, overrides travel as Upstash-* headers
+    and are applied to the new runs."""
+    app = create_app(emulator_config(header_prefix="Upstash", execute_runs=False))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(base_url="http://qstash.test", transport=transport) as http:
+        client = ServiceClient(
+            http,
+            base_url="http://qstash.test",
+            credentials=CredentialsHolder(Credentials(TOKEN)),
+            header_prefix="Upstash",
+        )
+        seeded = await http.post("/_emulator/dlq", json={"messages": workflows(1)})
+        [dlq_id] = seeded.json()["dlqIds"]
+        message = await client.get_dlq_message(dlq_id)
+        assert message.header_values("Upstash-Workflow-RunId") == ("wfr_0",)
+        await client.bulk("resume", dlq_ids=[dlq_id], overrides=Overrides(retries=1))
+        [run] = (await http.get("/_emulator/runs")).json()
+    assert run["overrides"]["retries"] == 1
 
 
 async def test_reset_returns_new_credentials_and_refuses_the_old(service: Service) -> None:

@@ -72,6 +72,18 @@ def test_account_record_hides_its_secrets() -> None:
     assert record.token.get_secret_value() == "<ACCESS_TOKEN>"
 
 
+def test_account_record_keeps_the_credentials_when_a_field_surprises() -> None:
+    """An unexpected plan type or a malformed limit drops that field, never the new token:
+    the reset has already happened, and its answer is the only copy of the credentials."""
+    raw = sample("account-record.json") | {"type": "pay_as_you_go", "max_queues": "many"}
+    record = AccountRecord.lenient(raw)
+    assert record.token is not None
+    assert record.token.get_secret_value() == "<ACCESS_TOKEN>"
+    assert record.type == "pay_as_you_go"
+    assert record.max_queues is None
+    assert record.max_requests_per_second == 100
+
+
 def test_endpoint_ref_needs_a_name_or_a_url() -> None:
     """An endpoint reference with neither is refused before any call is made."""
     with pytest.raises(ValidationError, match="needs a name or a url"):
@@ -108,8 +120,32 @@ def test_unset_overrides_send_no_header() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"delay": "30 seconds"}, {"retries": -1}, {"labels": ["a,b"]}, {"colour": "red"}],
-    ids=["malformed delay", "negative retries", "comma in label", "unknown field"],
+    [
+        {"delay": "30 seconds"},
+        {"delay": "500ms"},
+        {"retries": -1},
+        {"labels": ["a,b"]},
+        {"labels": ["a b"]},
+        {"retry_delay": "pow(2, retried"},
+        {"retry_delay": "sleep(5)"},
+        {"failure_callback": "ftp://hooks.example.com"},
+        {"failure_callback": "https://hooks.example.com/a b"},
+        {"flow_control": {"key": "k y", "rate": 1}},
+        {"colour": "red"},
+    ],
+    ids=[
+        "malformed delay",
+        "milliseconds delay",
+        "negative retries",
+        "comma in label",
+        "space in label",
+        "unbalanced retry delay",
+        "unknown function in retry delay",
+        "failure callback not http",
+        "space in failure callback",
+        "space in flow-control key",
+        "unknown field",
+    ],
 )
 def test_bad_overrides_are_refused(bad: dict[str, object]) -> None:
     """A malformed override is an error, not a header the service will reject later."""

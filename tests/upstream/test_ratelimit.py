@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from daemon.upstream.ratelimit import RateLimiter
 
 
@@ -48,9 +50,19 @@ async def test_calls_stay_under_the_limit_in_every_window() -> None:
 async def test_limit_is_used_fully() -> None:
     """The limiter is not slower than it must be: 23 calls at 5/s start within 4 seconds."""
     time = FakeTime()
-    limiter = RateLimiter(5, clock=time.clock, sleep=time.sleep)
+    limiter = RateLimiter(5, headroom=0, clock=time.clock, sleep=time.sleep)
     starts = await starts_of(limiter, time, 23)
     assert max(starts) == 4.0
+
+
+async def test_headroom_widens_each_window() -> None:
+    """With 50 ms of headroom, each next batch of 5 starts 1.05 s after the last:
+    arrivals that jitter by up to 50 ms still fit the service's one-second windows."""
+    time = FakeTime()
+    limiter = RateLimiter(5, headroom=0.05, clock=time.clock, sleep=time.sleep)
+    starts = await starts_of(limiter, time, 15)
+    assert sorted(set(starts)) == pytest.approx([0.0, 1.05, 2.10])
+    assert most_in_any_window(starts, 1.05) == 5
 
 
 async def test_no_rate_means_no_wait() -> None:
@@ -63,7 +75,7 @@ async def test_no_rate_means_no_wait() -> None:
 async def test_rate_below_one_widens_the_window() -> None:
     """At 0.5/s one call starts every two seconds."""
     time = FakeTime()
-    limiter = RateLimiter(0.5, clock=time.clock, sleep=time.sleep)
+    limiter = RateLimiter(0.5, headroom=0, clock=time.clock, sleep=time.sleep)
     assert await starts_of(limiter, time, 3) == [0.0, 2.0, 4.0]
 
 
@@ -80,7 +92,7 @@ async def test_pause_holds_every_caller() -> None:
 async def test_learned_rate_is_adopted() -> None:
     """A limit the service announces applies to the next calls."""
     time = FakeTime()
-    limiter = RateLimiter(clock=time.clock, sleep=time.sleep)
+    limiter = RateLimiter(headroom=0, clock=time.clock, sleep=time.sleep)
     limiter.learn(2)
     starts = await starts_of(limiter, time, 5)
     assert starts == [0.0, 0.0, 1.0, 1.0, 2.0]

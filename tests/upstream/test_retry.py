@@ -54,8 +54,15 @@ TABLE = [
         True,
         3.0,
     ),
-    ("429 with neither", refused(429), True, 0.25),
-    ("429 on the token reset", refused(429), False, 0.25),
+    ("429 with neither", refused(429), True, 0.5),  # never under base_delay
+    ("429 with Retry-After 0", refused(429, **{"Retry-After": "0"}), True, 0.5),
+    (
+        "429 with a reset already past",
+        refused(429, **{"Burst-RateLimit-Reset": str(int(NOW) - 9)}),
+        True,
+        0.5,
+    ),
+    ("429 on the token reset", refused(429), False, 0.5),
     ("500", refused(500), True, 0.25),
     ("502", refused(502), True, 0.25),
     ("503", refused(503), True, 0.25),
