@@ -53,10 +53,10 @@ class ServiceGate:
     """ASGI middleware in front of every service route (everything but `/_emulator/*`).
 
     In order: the call is counted in its rate-limit window (every authenticated arrival
-    counts), an armed
-    fault is applied, the limit is enforced (429), and the app answers. The `Burst-RateLimit-*`
-    headers go on every answer while a limit is set; no `Retry-After` (the service promises
-    none) unless a fault asks for it. The call is journaled when it has been answered.
+    counts), an armed fault is applied, the limit is enforced (429), and the app answers.
+    The `Burst-RateLimit-*` headers go on every answer while a limit is set; no
+    `Retry-After` (the service promises none) unless a fault asks for it. The call is
+    journaled when it has been answered.
     """
 
     def __init__(self, app: ASGIApp, emulator: Emulator) -> None:

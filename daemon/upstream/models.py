@@ -242,7 +242,7 @@ class Overrides(_Sent):
 
     @field_validator("retry_delay")
     @classmethod
-    def _balanced(cls, expression: str | None) -> str | None:
+    def _retry_delay_is_arithmetic(cls, expression: str | None) -> str | None:
         depth = 0
         for char in expression or "":
             depth += {"(": 1, ")": -1}.get(char, 0)

@@ -15,13 +15,13 @@ Sleep = Callable[[float], Awaitable[None]]
 class RateLimiter:
     """A sliding-window limiter shared by every caller of one account.
 
-    At most `capacity` calls start in any window of `window + headroom` seconds,
-    measured on the injected monotonic clock. The service counts arrivals in its own
-    windows; a call arrives some variable time after it starts, so two starts a
-    second apart can arrive less than a second apart. `headroom` absorbs that much
-    variation in network delay, at the price of `headroom` seconds a window of
-    throughput (5% by default). Waiters are served in arrival order (asyncio.Lock is
-    FIFO), so a burst drains fairly.
+    At most `capacity` (the rate, rounded down) calls start in any window of one
+    second plus `headroom`, measured on the injected monotonic clock. The service
+    counts arrivals in its own windows, and a call arrives some variable time after
+    it starts, so two starts a second apart can arrive less than a second apart.
+    `headroom` absorbs that much variation in network delay, at the price of
+    `headroom` seconds of throughput a window (5% by default). Waiters are served in
+    arrival order (asyncio.Lock is FIFO), so a burst drains fairly.
 
     The rate is either pinned (configured by the operator) or learned: from the
     account record's `max_requests_per_second` or a response's
