@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import click
 
@@ -43,6 +44,23 @@ def emulator(host: str, port: int) -> None:
     from daemon.emulator.server import run
 
     run(host, port, EmulatorConfig.from_env())
+
+
+@main.command()
+@click.option(
+    "--rules",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Rules file (default: RECOVERYD_RULES, or rules.yaml).",
+)
+def serve(rules: Path | None) -> None:
+    """Run the daemon, configured by RECOVERYD_* environment variables."""
+    from daemon.serve import StartError
+    from daemon.serve import serve as run_daemon
+
+    try:
+        run_daemon(rules=rules)
+    except StartError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()

@@ -1,10 +1,12 @@
-"""Run an ASGI app on a loopback socket inside the current event loop, or on a thread."""
+"""Run ASGI apps: on a loopback socket in this event loop or on a thread (tests, demo), or
+in the foreground until a signal stops them (the `serve` and `emulator` commands)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import signal
+import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -23,10 +25,15 @@ def _bound_url(server: uvicorn.Server) -> str:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: Any, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
-    """Serve `app` in this event loop; yields its base URL (port 0 picks a free port)."""
+async def serve(
+    app: Any, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None
+) -> AsyncIterator[str]:
+    """Serve `app` in this event loop; yields its base URL (port 0 picks a free port).
+
+    With `sock` (see `bind`) it serves on that socket: the URL is then known before.
+    """
     server = uvicorn.Server(_config(app, host, port))
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=None if sock is None else [sock]))
     try:
         while not server.started:
             if task.done():  # failed to bind: surface uvicorn's error
@@ -78,3 +85,60 @@ def run_until_stopped(app: Any, host: str, port: int, *, log_level: str = "info"
     """Serve `app` in the foreground until SIGTERM or SIGINT, then drain and return."""
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
     _CleanExitServer(config).run()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket, bound before the servers start so a busy port is reported
+    by the caller, naming its setting, rather than by uvicorn's exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+class _QuietServer(uvicorn.Server):
+    """A server that leaves signals to its caller, which stops several servers at once."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve_until_stopped(
+    listeners: list[tuple[Any, socket.socket]], *, drain_seconds: float = 30.0
+) -> None:
+    """Serve each app on its socket until SIGTERM or SIGINT; in-flight requests then get
+    up to `drain_seconds` to finish before the servers return."""
+    servers = [
+        _QuietServer(
+            uvicorn.Config(
+                app,
+                log_config=None,  # logs go through the root logger that logs.py set up
+                access_log=False,  # one line per callback would be the busiest log there is
+                lifespan="off",
+                timeout_graceful_shutdown=int(drain_seconds),
+            )
+        )
+        for app, _ in listeners
+    ]
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    try:
+        pairs = zip(servers, (sock for _, sock in listeners), strict=True)
+        await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in pairs))
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -1,9 +1,11 @@
-"""Fixtures shared by every suite: the emulator, in-process or on a real socket, and a client."""
+"""Fixtures shared by every suite: the emulator (in-process or on a real socket) with a
+client, and recoveryd on loopback."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -11,7 +13,15 @@ import pytest
 from daemon.emulator import EmulatorConfig, create_app
 from daemon.serving import serve_in_thread
 from daemon.upstream import Credentials, CredentialsHolder, ServiceClient
-from tests.support import FAST_RETRY, PASSWORD, TOKEN, USERNAME, Service
+from tests.support import (
+    FAST_RETRY,
+    PASSWORD,
+    TOKEN,
+    USERNAME,
+    Recoveryd,
+    Service,
+    running_recoveryd,
+)
 from tests.support import emulator_config as emulator_config_with
 
 
@@ -53,3 +63,10 @@ async def _service(
         credentials = CredentialsHolder(Credentials(TOKEN, USERNAME, PASSWORD))
         client = ServiceClient(http, base_url=base_url, credentials=credentials, retry=FAST_RETRY)
         yield Service(base_url, transport, credentials, client, control, http)
+
+
+@pytest.fixture
+async def recoveryd(tmp_path: Path) -> AsyncIterator[Recoveryd]:
+    """recoveryd with the test settings (tests.support.daemon_env), on loopback sockets."""
+    async with running_recoveryd(tmp_path) as daemon:
+        yield daemon

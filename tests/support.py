@@ -1,15 +1,25 @@
-"""What every suite shares: the test account's credentials, emulator settings, and the
-`Service` handle (the emulator as a test sees it)."""
+"""What every suite shares: the test account's credentials, emulator settings, the
+`Service` handle (the emulator as a test sees it) and recoveryd running on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client import CollectorRegistry
 
+from daemon.app import Daemon, running
 from daemon.emulator import EmulatorConfig
+from daemon.emulator.signing import sign
+from daemon.serving import serve
+from daemon.settings import load_settings
 from daemon.upstream import CredentialsHolder, RetryPolicy, ServiceClient
 
 TOKEN = "tok_tests_initial_token"
@@ -87,3 +97,86 @@ class Service:
 
     async def fault(self, **fault: Any) -> None:
         (await self.control.post("/_emulator/faults", json=fault)).raise_for_status()
+
+
+# recoveryd itself, as the tests run it.
+
+SAMPLES = Path(__file__).parent / "testdata" / "samples"
+# What the service is told to call; tokens are signed for it (the `sub` claim).
+PUBLIC_URL = "https://recoveryd.example.com/callbacks"
+
+
+def daemon_env(tmp_path: Path, **settings: str) -> dict[str, str]:
+    """RECOVERYD_* variables for a daemon on a store in `tmp_path`; `settings` change them
+    (by name without the prefix; an empty string removes the variable)."""
+    env = {
+        "RECOVERYD_SERVICE_URL": "http://service.invalid",
+        "RECOVERYD_TOKEN": TOKEN,
+        "RECOVERYD_SIGNING_KEY_CURRENT": SIGNING_KEY_CURRENT,
+        "RECOVERYD_SIGNING_KEY_NEXT": SIGNING_KEY_NEXT,
+        "RECOVERYD_PUBLIC_URL": PUBLIC_URL,
+        "RECOVERYD_STORE": f"sqlite:///{tmp_path / 'recoveryd.db'}",
+        "RECOVERYD_LISTEN": "127.0.0.1:0",
+        "RECOVERYD_ADMIN_LISTEN": "127.0.0.1:0",
+    }
+    for name, value in settings.items():
+        env.pop(f"RECOVERYD_{name}", None)
+        if value:
+            env[f"RECOVERYD_{name}"] = value
+    return env
+
+
+def callback_json(dlq_id: str, sample: str = "failure-callback.json", **fields: Any) -> bytes:
+    """A sample failure callback's bytes with `dlq_id` and `fields` set."""
+    body = json.loads((SAMPLES / sample).read_text())
+    body.update(dlqId=dlq_id, **fields)
+    return json.dumps(body).encode()
+
+
+def signed(
+    body: bytes,
+    *,
+    key: str = SIGNING_KEY_CURRENT,
+    url: str = PUBLIC_URL,
+    prefix: str = "Service",
+    now: float | None = None,
+) -> dict[str, str]:
+    """Headers of a callback as the service sends it: JSON, signed by `key` for `url`."""
+    token = sign(body, url=url, key=key, issuer=prefix, now=time.time() if now is None else now)
+    return {"Content-Type": "application/json", f"{prefix}-Signature": token}
+
+
+@dataclass
+class Recoveryd:
+    """A running daemon as the tests see it: both listeners on loopback sockets."""
+
+    daemon: Daemon
+    public: httpx.AsyncClient
+    admin: httpx.AsyncClient
+    registry: CollectorRegistry
+
+    async def post(self, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+        """POST `body` to /callbacks, signed as the service would unless `headers` are given."""
+        return await self.public.post(
+            "/callbacks", content=body, headers=signed(body) if headers is None else headers
+        )
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
+@contextlib.asynccontextmanager
+async def running_recoveryd(
+    tmp_path: Path, *, store_options: dict[str, Any] | None = None, **settings: str
+) -> AsyncIterator[Recoveryd]:
+    """recoveryd on loopback sockets in this event loop, configured by `daemon_env`."""
+    registry = CollectorRegistry()
+    config = load_settings(daemon_env(tmp_path, **settings))
+    async with (
+        running(config, registry=registry, store_options=store_options) as daemon,
+        serve(daemon.public) as public_url,
+        serve(daemon.admin) as admin_url,
+        httpx.AsyncClient(base_url=public_url, timeout=10) as public,
+        httpx.AsyncClient(base_url=admin_url, timeout=10) as admin,
+    ):
+        yield Recoveryd(daemon, public, admin, registry)

@@ -37,6 +37,7 @@ from daemon.upstream.models import (
     EndpointRef,
     Overrides,
     URLGroup,
+    usable_in_path,
 )
 from daemon.upstream.ratelimit import RateLimiter
 from daemon.upstream.retry import RetryPolicy
@@ -326,12 +327,8 @@ def _authorization(auth: Auth, credentials: Credentials) -> str:
 
 
 def _segment(value: str) -> str:
-    """A path segment, quoted so an id can never change the path.
-
-    Quoting leaves `.` and `..` alone, and URL normalisation would then walk up the
-    path (`/v2/topics/..` is `/v2`), so those are refused, like control characters.
-    """
-    if value in ("", ".", "..") or any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+    """A path segment, quoted so an id can never change the path."""
+    if not usable_in_path(value):
         raise ValueError(f"not a usable id or name in a URL path: {value!r}")
     return quote(value, safe="")
 

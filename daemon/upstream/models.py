@@ -35,9 +35,16 @@ LABEL = re.compile(r"^[A-Za-z0-9_.\-]+$")
 HEADER_WORD = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: safe as a header value
 # Retry delay: arithmetic over `retried` with a few functions, e.g. pow(2, retried) * 1000.
 RETRY_DELAY = re.compile(r"^[0-9a-z_+\-*/(),. ]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 controls, DEL, C1 controls
 RETRY_DELAY_NAMES = frozenset(
     {"retried", "pow", "sqrt", "abs", "exp", "floor", "ceil", "round", "min", "max"}
 )
+
+
+def usable_in_path(value: str) -> bool:
+    """Whether an id or name can be a URL path segment: quoting leaves `.` and `..` alone,
+    and URL normalisation would then walk up the path (`/v2/topics/..` is `/v2`)."""
+    return value not in ("", ".", "..") and not _CONTROL.search(value)
 
 
 def _header_lists(value: Any) -> Any:

@@ -1,0 +1,430 @@
+"""Signed callbacks/s that `recoveryd serve` stores durably, against a bare uvicorn app.
+
+Three servers run as their own processes: `recoveryd serve` on a fresh SQLite store; a
+bare ASGI app (bench.baselines) that reads the body and answers 200, under uvicorn with
+the settings of recoveryd's listener (one process, uvloop, httptools, no access log);
+and a raw asyncio server that answers without parsing, against which the load generator
+(bench.loadgen, in this process) shows its own ceiling. All three get the same load: the
+sample failure callback with a dlqId never sent before, signed just before its round,
+over the same keep-alive connections in a closed loop. After a warm-up, timed rounds
+alternate between the servers so that drift on a noisy machine hits them alike; a
+server's rate is its median round, its latencies are over all its rounds.
+Every answer must be a 200 (from recoveryd, "accepted" for the dlqId sent) and the store
+must end up holding exactly the accepted dlqIds, or the run fails with status 1.
+Target: recoveryd/bare >= 0.5. `--profile` samples recoveryd with py-spy during one
+extra round and prints its heaviest functions.
+Run: python -m bench.ingest [--requests N] [--connections N] [--rounds N] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import pyspy
+from bench.loadgen import LoadError, Round, run_round
+from bench.servers import (
+    Server,
+    ServerError,
+    bare_server,
+    log_tail,
+    raw_server,
+    recoveryd_server,
+)
+from daemon.emulator.signing import sign
+
+SAMPLE = Path(__file__).resolve().parent.parent / "tests/testdata/samples/failure-callback.json"
+SIGNING_KEY = "bench-signing-key-0123456789abcdef"  # the daemon wants at least 32 bytes
+ISSUER = "Service"
+TARGET_RATIO = 0.5
+_COMMIT_METRIC = "recoveryd_store_commit_callbacks"
+# The generator counts as out of the way when it can drive the cheapest server at least
+# this many times faster than the bare app answers.
+CEILING_MARGIN = 2.0
+
+
+class BenchmarkError(Exception):
+    """An answer or the store is not what recoveryd promises: the figures would be void."""
+
+
+@dataclass(frozen=True)
+class Options:
+    requests: int
+    connections: int
+    rounds: int
+    warmup: int
+    profile: bool
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server under load; `stores` when its answers must say "accepted" for each dlqId."""
+
+    server: Server
+    stores: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.server.name
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A round's requests as bytes, and the dlqId each one carries."""
+
+    requests: list[bytes]
+    dlq_ids: list[str]
+
+
+class SignedCallbacks:
+    """The sample failure callback, each time with a new dlqId, signed as the service
+    signs (daemon.emulator.signing)."""
+
+    def __init__(self, sample: dict[str, Any]) -> None:
+        self._sample = sample
+        # Shaped like the service's ids (`<ms>-<n>`), fixed width so all requests and
+        # all answers are the same size.
+        self._prefix = f"{int(time.time() * 1000):013d}"
+        self._numbers = itertools.count()
+
+    def batch(self, host: str, port: int, count: int) -> Batch:
+        """`count` requests for the server at `host:port`. The tokens are valid for 300 s
+        from now, so build a batch just before sending it."""
+        url = f"http://{host}:{port}/callbacks"
+        now = time.time()
+        dlq_ids = [f"{self._prefix}-{next(self._numbers):07d}" for _ in range(count)]
+        requests = [self._request(host, port, url, dlq_id, now) for dlq_id in dlq_ids]
+        return Batch(requests, dlq_ids)
+
+    def _request(self, host: str, port: int, url: str, dlq_id: str, now: float) -> bytes:
+        body = json.dumps(self._sample | {"dlqId": dlq_id}, separators=(",", ":")).encode()
+        signature = sign(body, url=url, key=SIGNING_KEY, issuer=ISSUER, now=now)
+        head = (
+            f"POST /callbacks HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"{ISSUER}-Signature: {signature}\r\n\r\n"
+        )
+        return head.encode("ascii") + body
+
+
+class Bench:
+    """Runs rounds against the targets, checks every answer, and remembers which dlqIds
+    recoveryd accepted."""
+
+    def __init__(self, callbacks: SignedCallbacks, connections: int) -> None:
+        self._callbacks = callbacks
+        self._connections = connections
+        self.accepted: set[str] = set()
+
+    def prepare(self, target: Target, count: int) -> Batch:
+        return self._callbacks.batch(target.server.host, target.server.port, count)
+
+    def run(self, target: Target, batch: Batch) -> Round:
+        """One round of `batch`; BenchmarkError if any answer is not what it must be."""
+        server = target.server
+        result = run_round(
+            server.host,
+            server.port,
+            batch.requests,
+            connections=self._connections,
+            server_cpu_seconds=server.cpu_seconds,
+        )
+        _check_answers(target, result, batch.dlq_ids)
+        if target.stores:
+            self.accepted.update(batch.dlq_ids)
+        return result
+
+    def round(self, target: Target, count: int) -> Round:
+        return self.run(target, self.prepare(target, count))
+
+
+def _check_answers(target: Target, result: Round, dlq_ids: Sequence[str]) -> None:
+    problems: Counter[str] = Counter()
+    example = ""
+    for status, body, dlq_id in zip(result.statuses, result.bodies, dlq_ids, strict=True):
+        if status != 200:
+            problem = f"status {status}"
+        elif target.stores and not _accepted(body, dlq_id):
+            problem = "200 but not accepted"
+        else:
+            continue
+        problems[problem] += 1
+        example = example or f"{problem}: {body[:300]!r}"
+    if problems:
+        counts = ", ".join(f"{count} x {problem}" for problem, count in problems.items())
+        hint = " (tokens expire 300 s after signing: is the round too long?)"
+        raise BenchmarkError(
+            f"{target.name} gave {sum(problems.values())} bad answers of {len(dlq_ids)}: "
+            f"{counts}{hint if problems['status 401'] else ''}\n  first: {example}"
+            + log_tail(target.server.log)
+        )
+
+
+def _accepted(body: bytes, dlq_id: str) -> bool:
+    try:
+        return bool(json.loads(body) == {"status": "accepted", "dlqId": dlq_id})
+    except ValueError:
+        return False
+
+
+def measure(bench: Bench, targets: Sequence[Target], options: Options) -> dict[str, list[Round]]:
+    """Warm every target up, then the timed rounds, alternating between the targets."""
+    sizes: set[int] = set()
+    for target in targets:
+        batch = bench.prepare(target, options.warmup)
+        sizes.update(len(request) for request in batch.requests)
+        bench.run(target, batch)
+    # One size for all servers shows that each gets the same requests, byte for byte but
+    # for the port number and the ids.
+    print(f"warm-up done; every request is {' or '.join(map(str, sorted(sizes)))} bytes")
+    rounds: dict[str, list[Round]] = {target.name: [] for target in targets}
+    for number in range(1, options.rounds + 1):
+        # Reversed every other round, so that no server always follows the same one.
+        order = targets if number % 2 else list(reversed(targets))
+        for target in order:
+            result = bench.round(target, options.requests)
+            rounds[target.name].append(result)
+            print(f"round {number}  {target.name:<20} {_figures(result)}", flush=True)
+    return rounds
+
+
+def _figures(result: Round) -> str:
+    latencies = _percentiles(result.latencies)
+    return (
+        f"{result.rate:9,.0f} req/s  p50 {latencies[0] * 1e3:6.2f} ms  "
+        f"p99 {latencies[1] * 1e3:6.2f} ms  CPU: server {_cpu(result.server_cpu_seconds, result)}"
+        f"  generator {_cpu(result.generator_cpu_seconds, result)}"
+    )
+
+
+def _cpu(cpu_seconds: float, result: Round) -> str:
+    return f"{cpu_seconds / result.seconds:4.0%}"
+
+
+def _percentiles(latencies: Sequence[float]) -> tuple[float, float]:
+    """p50 and p99."""
+    cuts = statistics.quantiles(latencies, n=100)
+    return cuts[49], cuts[98]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A server's figures over all its timed rounds."""
+
+    rate: float  # of the median round
+    p50: float
+    p99: float
+    server_cpu: float  # cores kept busy, on average over the rounds
+    generator_cpu: float
+
+    @classmethod
+    def of(cls, rounds: Sequence[Round]) -> Summary:
+        seconds = sum(result.seconds for result in rounds)
+        p50, p99 = _percentiles([latency for result in rounds for latency in result.latencies])
+        return cls(
+            rate=statistics.median(result.rate for result in rounds),
+            p50=p50,
+            p99=p99,
+            server_cpu=sum(result.server_cpu_seconds for result in rounds) / seconds,
+            generator_cpu=sum(result.generator_cpu_seconds for result in rounds) / seconds,
+        )
+
+
+def print_summary(summaries: dict[str, Summary], ceiling: str, bare: str, recoveryd: str) -> None:
+    columns = ("req/s", "p50 ms", "p99 ms", "CPU: server", "generator")
+    print("\n{:<20} {:>9}  {:>7} {:>7}  {:>11} {:>9}".format("", *columns))
+    for name, summary in summaries.items():
+        print(
+            f"{name:<20} {summary.rate:9,.0f}  {summary.p50 * 1e3:7.2f} {summary.p99 * 1e3:7.2f}"
+            f"  {summary.server_cpu:11.0%} {summary.generator_cpu:9.0%}"
+        )
+    print("(req/s: median round; latencies: all rounds; CPU: share of one core)")
+    ratio = summaries[recoveryd].rate / summaries[bare].rate
+    verdict = "PASS" if ratio >= TARGET_RATIO else "BELOW"
+    print(f"\nratio {recoveryd} / {bare}: {ratio:.2f}   target >= {TARGET_RATIO}: {verdict}")
+    headroom = summaries[ceiling].rate / summaries[bare].rate
+    if headroom >= CEILING_MARGIN:
+        judgement = "the load generator is not the bottleneck"
+    else:
+        judgement = (
+            f"WARNING: under {CEILING_MARGIN:.0f}x, the load generator may be holding the bare "
+            "rate down, which would flatter the ratio"
+        )
+    print(
+        f"load generator ceiling ({ceiling}): {summaries[ceiling].rate:,.0f} req/s, "
+        f"{headroom:.1f}x the {bare} rate: {judgement}"
+    )
+
+
+def print_group_commits(recoveryd: Server) -> None:
+    """How many callbacks a commit carried on average, from recoveryd's own histogram."""
+    metrics = httpx.get(f"http://{recoveryd.host}:{recoveryd.admin_port}/metrics").text
+    values = dict(
+        line.split(" ", 1) for line in metrics.splitlines() if line.startswith(_COMMIT_METRIC)
+    )
+    commits = float(values[f"{_COMMIT_METRIC}_count"])
+    callbacks = float(values[f"{_COMMIT_METRIC}_sum"])
+    print(
+        f"{recoveryd.name} group commit: {commits:,.0f} commits of {callbacks / commits:.1f} "
+        f"callbacks on average, warm-up included ({_COMMIT_METRIC})"
+    )
+
+
+def stored_dlq_ids(store: Path) -> list[str]:
+    """Every dlqId in the store, read with SQLite opened read-only."""
+    uri = f"{store.as_uri()}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
+        return [row[0] for row in connection.execute("SELECT dlq_id FROM callbacks")]
+
+
+def check_store(stored: Sequence[str], accepted: set[str]) -> None:
+    """The store must hold each accepted dlqId once, and nothing else."""
+    distinct = set(stored)
+    line = (
+        f"store: {len(stored):,} rows, {len(distinct):,} distinct dlqIds; "
+        f'{len(accepted):,} dlqIds were answered "accepted"'
+    )
+    if len(stored) != len(distinct) or distinct != accepted:
+        missing, extra = len(accepted - distinct), len(distinct - accepted)
+        raise BenchmarkError(f"{line}: MISMATCH ({missing} accepted but missing, {extra} extra)")
+    print(f"{line}: OK")
+
+
+def log_problems(log: Path) -> list[str]:
+    """Lines of a JSON log at warning level or above, and lines that are not JSON."""
+    problems = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            level = json.loads(line).get("level", "")
+        except (ValueError, AttributeError):
+            level = "not json"
+        if level not in ("debug", "info"):
+            problems.append(line)
+    return problems
+
+
+def profile_round(bench: Bench, target: Target, requests: int, workdir: Path) -> None:
+    """One more round of `target` with py-spy sampling its process; prints where it spent
+    its time."""
+    batch = bench.prepare(target, requests)
+    output = workdir / "recoveryd-profile.txt"
+    with pyspy.recording(target.server.pid, output):
+        result = bench.run(target, batch)
+    print(f"\nprofiled round       {_figures(result)}")
+    rate = pyspy.SAMPLES_PER_SECOND
+    print(f"  (py-spy pauses the process {rate} times a second: not a figure to compare)")
+    profile = pyspy.read_profile(output)
+    samples = f"{profile.samples:,} samples, all threads"
+    print(f"\n{target.name}: top 15 functions by own time ({samples})")
+    print("\n".join(pyspy.top_lines(profile, profile.own)))
+    print(f"\n{target.name}: top 15 functions by total time (own + callees)")
+    print("\n".join(pyspy.top_lines(profile, profile.total)))
+
+
+def print_header(options: Options) -> None:
+    print(
+        f"recoveryd ingest: {options.requests:,} signed callbacks x {options.rounds} rounds per "
+        f"server after {options.warmup:,} warm-up, {options.connections} keep-alive connections"
+    )
+    load = os.getloadavg()[0]
+    print(
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"load average {load:.2f} at start\n",
+        flush=True,
+    )
+
+
+def run(options: Options) -> None:
+    """The whole benchmark; BenchmarkError, LoadError, ServerError or ProfileError if it
+    cannot give trustworthy figures."""
+    print_header(options)
+    callbacks = SignedCallbacks(json.loads(SAMPLE.read_text()))
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+        workdir = Path(tmp)
+        store = workdir / "recoveryd.db"
+        with (
+            raw_server(workdir) as raw,
+            bare_server(workdir) as bare,
+            recoveryd_server(workdir, store, SIGNING_KEY) as recoveryd,
+        ):
+            bench = Bench(callbacks, options.connections)
+            targets = [Target(raw), Target(bare), Target(recoveryd, stores=True)]
+            rounds = measure(bench, targets, options)
+            print_summary(
+                {name: Summary.of(results) for name, results in rounds.items()},
+                ceiling=raw.name,
+                bare=bare.name,
+                recoveryd=recoveryd.name,
+            )
+            print_group_commits(recoveryd)
+            if options.profile:
+                profile_round(bench, targets[2], options.requests, workdir)
+            exit_status = recoveryd.stop()
+        print()
+        check_store(stored_dlq_ids(store), bench.accepted)
+        report_exit(recoveryd, exit_status)
+
+
+def report_exit(recoveryd: Server, exit_status: int) -> None:
+    problems = log_problems(recoveryd.log)
+    print(
+        f"{recoveryd.name}: exit status {exit_status} after SIGTERM; "
+        f"{len(problems)} log lines at warning level or above"
+        + (f", the first: {problems[0]}" if problems else "")
+    )
+    if exit_status != 0:
+        message = f"{recoveryd.name} must exit 0 after SIGTERM"
+        raise BenchmarkError(message + log_tail(recoveryd.log))
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def parse_options(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ingest",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--requests", type=_positive, default=20_000, help="per timed round")
+    parser.add_argument("--connections", type=_positive, default=32)
+    parser.add_argument("--rounds", type=_positive, default=3, help="timed rounds per server")
+    parser.add_argument("--warmup", type=_positive, default=2_000, help="requests per server")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile recoveryd with py-spy in one more round"
+    )
+    args = parser.parse_args(argv)
+    return Options(args.requests, args.connections, args.rounds, args.warmup, args.profile)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        run(parse_options(argv))
+    except (BenchmarkError, LoadError, ServerError, pyspy.ProfileError) as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

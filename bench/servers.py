@@ -1,0 +1,170 @@
+"""The servers bench.ingest measures, each its own process on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+HOST = "127.0.0.1"
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 40.0  # recoveryd drains for up to 30 s after SIGTERM
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class ServerError(Exception):
+    """A server did not start or stop as it should; the message carries its log's tail."""
+
+
+@dataclass
+class Server:
+    """A server process: where it listens, where it logs, and how much CPU it used."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    admin_port: int | None = None
+    exit_status: int | None = None
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU time of the process so far, all its threads included."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        # Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        fields = stat.rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+    def stop(self) -> int:
+        """SIGTERM, then wait for the exit; the exit status (negative: killed by a signal)."""
+        if self.exit_status is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.exit_status = self.process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.exit_status = self.process.wait()
+                raise ServerError(
+                    f"{self.name} did not stop within {STOP_TIMEOUT:.0f} s of SIGTERM"
+                    + log_tail(self.log)
+                ) from None
+        return self.exit_status
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def log_tail(log: Path, lines: int = 10) -> str:
+    """The last lines of a server's log, to append to an error about it."""
+    text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+    return "\n  " + "\n  ".join(text) if text else " (its log is empty)"
+
+
+@contextlib.contextmanager
+def raw_server(workdir: Path) -> Iterator[Server]:
+    """bench.baselines' raw asyncio server, which answers without parsing."""
+    port = free_port()
+    command = [sys.executable, "-m", "bench.baselines", "--host", HOST, "--port", str(port)]
+    with _running("raw asyncio server", command, port, workdir, "/") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def bare_server(workdir: Path) -> Iterator[Server]:
+    """bench.baselines' bare ASGI app under uvicorn, configured as recoveryd's listener is
+    (daemon/serving.py): one process, uvloop, httptools, no access log, no lifespan."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "uvicorn", "bench.baselines:bare_app",
+        "--host", HOST, "--port", str(port),
+        "--loop", "uvloop", "--http", "httptools",
+        "--no-access-log", "--log-level", "warning", "--lifespan", "off",
+    ]  # fmt: skip
+    with _running("bare uvicorn", command, port, workdir, "/") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def recoveryd_server(workdir: Path, store: Path, signing_key: str) -> Iterator[Server]:
+    """`recoveryd serve` on a SQLite store at `store`, checking signatures with `signing_key`."""
+    port, admin_port = free_port(), free_port()
+    settings = {
+        "RECOVERYD_TOKEN": "tok_bench",
+        "RECOVERYD_SIGNING_KEY_CURRENT": signing_key,
+        "RECOVERYD_LISTEN": f"{HOST}:{port}",
+        "RECOVERYD_ADMIN_LISTEN": f"{HOST}:{admin_port}",
+        "RECOVERYD_STORE": f"sqlite:///{store}",
+        "RECOVERYD_LOG_FORMAT": "json",
+    }
+    command = [sys.executable, "-m", "daemon", "serve"]
+    with _running(
+        "recoveryd serve", command, port, workdir, "/readyz", settings, admin_port
+    ) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _running(
+    name: str,
+    command: list[str],
+    port: int,
+    workdir: Path,
+    ready_path: str,
+    settings: Mapping[str, str] | None = None,
+    admin_port: int | None = None,
+) -> Iterator[Server]:
+    # RECOVERYD_* variables of the shell running the benchmark (a PUBLIC_URL, say) would
+    # change what is measured: each server gets only the settings passed here.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
+    env |= dict(settings or {})
+    log = workdir / f"{name.replace(' ', '-')}.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT
+        )
+    server = Server(name, process, port, log, admin_port)
+    try:
+        _wait_until_ready(server, f"http://{HOST}:{port}{ready_path}")
+        yield server
+    finally:
+        server.stop()
+
+
+def _wait_until_ready(server: Server, url: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise ServerError(
+                f"{server.name} exited with status {server.process.returncode} at start"
+                + log_tail(server.log)
+            )
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    message = f"{server.name} was not ready within {START_TIMEOUT:.0f} s"
+    raise ServerError(message + log_tail(server.log))

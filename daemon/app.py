@@ -1,0 +1,120 @@
+"""The daemon assembled: settings in, the public and admin ASGI apps out (STYLE.md §1)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from daemon.admin import admin_app
+from daemon.ingest.receiver import CallbackReceiver
+from daemon.ingest.signature import Verifier
+from daemon.metrics import Metrics
+from daemon.settings import Settings
+from daemon.store import Store, StoreUnavailable, open_store
+from daemon.web import EXCEPTION_HANDLERS
+
+ASGIApp = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """A running daemon's parts: what the listeners serve, and what tests look into."""
+
+    settings: Settings
+    store: Store
+    metrics: Metrics
+    public: ASGIApp
+    admin: ASGIApp
+
+
+@contextlib.asynccontextmanager
+async def running(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    wall_clock: Callable[[], float] = time.time,
+    store_options: Mapping[str, Any] | None = None,
+) -> AsyncIterator[Daemon]:
+    """Open the store and build both apps; on exit, pending commits land, then it closes.
+
+    `store_options` go to the store's `open` (timeouts and limits, for tests).
+    """
+    metrics = Metrics(registry if registry is not None else CollectorRegistry())
+    token = settings.token()
+    observe = metrics.commit_size.observe
+    async with open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store:
+        verifier = None
+        if settings.signing_keys:
+            verifier = Verifier(settings.signing_keys, settings.HEADER_PREFIX, settings.PUBLIC_URL)
+        receiver = CallbackReceiver(
+            store=store,
+            metrics=metrics,
+            verifier=verifier,
+            allow_unsigned=settings.ALLOW_UNSIGNED,
+            header_prefix=settings.HEADER_PREFIX,
+            max_body_bytes=settings.MAX_BODY_BYTES,
+            wall_clock=wall_clock,
+        )
+        readiness = Readiness(store, token_present=bool(token))
+        yield Daemon(
+            settings=settings,
+            store=store,
+            metrics=metrics,
+            public=public_app(receiver, readiness),
+            admin=admin_app(store=store, metrics=metrics),
+        )
+
+
+class Readiness:
+    """`/readyz`: ready when the store answers and a token is present (PRODUCT.md §2)."""
+
+    def __init__(self, store: Store, *, token_present: bool) -> None:
+        self._store = store
+        self._token_present = token_present
+
+    async def reasons(self) -> list[str]:
+        """Why the daemon is not ready; empty when it is."""
+        reasons = []
+        try:
+            await self._store.ping()
+        except StoreUnavailable as exc:
+            reasons.append(f"store: {exc}")
+        if not self._token_present:
+            reasons.append("no token: set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE")
+        return reasons
+
+
+def public_app(receiver: CallbackReceiver, readiness: Readiness) -> ASGIApp:
+    """The listener the service calls. `/callbacks` goes straight to the receiver; the
+    probes and every other path go through Starlette's routing."""
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        reasons = await readiness.reasons()
+        if reasons:
+            return JSONResponse({"error": "not ready: " + "; ".join(reasons)}, 503)
+        return JSONResponse({"status": "ready"})
+
+    probes = Starlette(
+        routes=[Route("/healthz", healthz), Route("/readyz", readyz)],
+        exception_handlers=EXCEPTION_HANDLERS,
+    )
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/callbacks":
+            await receiver(scope, receive, send)
+        else:
+            await probes(scope, receive, send)
+
+    return app

@@ -1,0 +1,76 @@
+"""`recoveryd serve`: check the settings, open the listeners, run until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from daemon.app import running
+from daemon.logs import configure_logging
+from daemon.serving import bind, serve_until_stopped
+from daemon.settings import PREFIX, Settings, SettingsError, load_settings, unknown_settings
+from daemon.store import StoreUnavailable
+
+log = structlog.get_logger(__name__)
+
+
+class StartError(Exception):
+    """The daemon cannot start; `str()` is the one line to print."""
+
+
+def serve(environ: Mapping[str, str] = os.environ, *, rules: Path | None = None) -> None:
+    """Run the daemon in the foreground; StartError when a setting or a listener is bad."""
+    try:
+        settings = load_settings(environ, **({"RULES": rules} if rules is not None else {}))
+    except SettingsError as exc:
+        raise StartError(str(exc)) from None
+    configure_logging(settings.LOG_FORMAT)
+    for name in unknown_settings(environ):
+        log.warning("unknown setting ignored", variable=name)
+    if settings.ALLOW_UNSIGNED:
+        log.warning(
+            "unsigned callbacks are accepted (RECOVERYD_ALLOW_UNSIGNED=true): anyone who can "
+            "reach the public listener can make recoveryd act"
+        )
+    listeners = [_bind("LISTEN", *settings.listen), _bind("ADMIN_LISTEN", *settings.admin_listen)]
+    _run(_serve(settings, listeners))
+
+
+async def _serve(settings: Settings, sockets: list[socket.socket]) -> None:
+    try:
+        async with running(settings) as daemon:
+            log.info(
+                "recoveryd serving",
+                listen=settings.LISTEN,
+                admin_listen=settings.ADMIN_LISTEN,
+                store=settings.STORE,
+            )
+            await serve_until_stopped([(daemon.public, sockets[0]), (daemon.admin, sockets[1])])
+    except StoreUnavailable as exc:
+        raise StartError(f"{PREFIX}STORE: {exc}") from None
+    except SettingsError as exc:
+        raise StartError(str(exc)) from None
+    log.info("recoveryd stopped")
+
+
+def _bind(setting: str, host: str, port: int) -> socket.socket:
+    try:
+        return bind(host, port)
+    except OSError as exc:
+        message = f"cannot listen on {host}:{port}: {exc.strerror}"
+        raise StartError(f"{PREFIX}{setting}: {message}") from None
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvicorn[standard] brings it on Linux and macOS, not on Windows
+        asyncio.run(main)
+    else:
+        uvloop.run(main)

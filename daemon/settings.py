@@ -1,0 +1,262 @@
+"""The daemon's settings, read once from `RECOVERYD_*` environment variables (PRODUCT.md §3).
+
+A bad setting stops the start with one line naming the variable. Secrets are `SecretStr`
+and never echoed back, not even in an error about their own value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from apscheduler.triggers.cron import CronTrigger
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from daemon.durations import parse_duration
+
+PREFIX = "RECOVERYD_"
+# Kubernetes injects <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_8080_TCP_ADDR... for every
+# Service, "recoveryd" and "recoveryd-metrics" among them: not settings, and not typos.
+_SERVICE_LINK = re.compile(
+    r"_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)$"
+)
+_PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+_SECRETS = frozenset({"TOKEN", "ACCOUNT_PASSWORD", "SIGNING_KEY_CURRENT", "SIGNING_KEY_NEXT"})
+
+
+class SettingsError(ValueError):
+    """A setting that stops the start; `str()` is the one line to print."""
+
+
+def _without_password(url: str) -> str:
+    """`url` safe to show in an error: a password in it is replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        shown = _without_password(value)
+        raise ValueError(f"must be an http(s) URL with a host, e.g. https://host; got {shown!r}")
+    return value.rstrip("/")
+
+
+def _listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be HOST:PORT, e.g. 0.0.0.0:8080 or [::]:8080; got {value!r}")
+    return value
+
+
+def _schedule(value: str) -> str:
+    if not value.strip():
+        return ""
+    try:
+        parse_duration(value)
+        return value
+    except ValueError:
+        pass
+    try:
+        CronTrigger.from_crontab(value)
+    except ValueError as exc:
+        raise ValueError(
+            f"must be a cron expression like '0 3 * * 0' or an interval like 24h; got {value!r} "
+            f"({exc})"
+        ) from None
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+Listen = Annotated[str, AfterValidator(_listen)]
+
+
+def _split_listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class Settings(BaseModel):
+    """Everything `recoveryd serve` is configured with; see PRODUCT.md section 3."""
+
+    # Field names are the variables' names without the prefix, so errors map back exactly.
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    SERVICE_URL: HttpUrl | None = None
+    ACCOUNT_URL: HttpUrl | None = None
+    TOKEN: SecretStr | None = None
+    TOKEN_FILE: Path | None = None
+    ACCOUNT_USERNAME: str | None = None
+    ACCOUNT_PASSWORD: SecretStr | None = None
+    CREDENTIALS_FILE: Path | None = None
+    ROTATE_SCHEDULE: Annotated[str, AfterValidator(_schedule)] = ""
+    SIGNING_KEY_CURRENT: SecretStr | None = None
+    SIGNING_KEY_NEXT: SecretStr | None = None
+    ALLOW_UNSIGNED: bool = False
+    PUBLIC_URL: HttpUrl | None = None
+    RULES: Path = Path("rules.yaml")
+    STORE: str = "sqlite:///recoveryd.db"
+    LISTEN: Listen = "0.0.0.0:8080"
+    ADMIN_LISTEN: Listen = "127.0.0.1:9090"
+    HEADER_PREFIX: str = "Service"
+    MAX_RPS: float | None = Field(default=None, gt=0)
+    MAX_BODY_BYTES: int = Field(default=1024 * 1024, gt=0)
+    MAX_REMOVALS_PER_HOUR: int = Field(default=10, ge=0)
+    DRY_RUN: bool = False
+    LOG_FORMAT: Literal["json", "console"] = "json"
+
+    @field_validator("HEADER_PREFIX")
+    @classmethod
+    def _header_word(cls, value: str) -> str:
+        if not _PREFIX_WORD.match(value):
+            raise ValueError(f"must be one word of letters, e.g. Service or Upstash; got {value!r}")
+        return value
+
+    @field_validator("STORE")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        if value.startswith("sqlite:///") and len(value) > len("sqlite:///"):
+            return value
+        if value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("the PostgreSQL store is not available yet; use sqlite:///PATH")
+        shown = _without_password(value)
+        raise ValueError(f"must be sqlite:///PATH or postgresql://...; got {shown!r}")
+
+    @field_validator(*_SECRETS)
+    @classmethod
+    def _not_blank(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("is set but empty")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.TOKEN is not None and self.TOKEN_FILE is not None:
+            raise _named("TOKEN_FILE", "set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE, not both")
+        if self.TOKEN is None and self.TOKEN_FILE is None and self.CREDENTIALS_FILE is None:
+            raise _named("TOKEN", "required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE")
+        if self.SIGNING_KEY_NEXT is not None and self.SIGNING_KEY_CURRENT is None:
+            raise _named("SIGNING_KEY_CURRENT", "required when RECOVERYD_SIGNING_KEY_NEXT is set")
+        if self.SIGNING_KEY_CURRENT is None and not self.ALLOW_UNSIGNED:
+            raise _named(
+                "SIGNING_KEY_CURRENT",
+                "required: without a signing key anyone could forge callbacks "
+                "(set RECOVERYD_ALLOW_UNSIGNED=true to accept unsigned callbacks)",
+            )
+        return self
+
+    # Derived values, so callers never re-parse strings.
+
+    @property
+    def service_url(self) -> str:
+        if self.SERVICE_URL is None:
+            raise SettingsError(f"{PREFIX}SERVICE_URL: required")
+        return self.SERVICE_URL
+
+    @property
+    def account_url(self) -> str:
+        return self.ACCOUNT_URL or self.service_url
+
+    @property
+    def sqlite_path(self) -> Path:
+        return Path(self.STORE.removeprefix("sqlite:///"))
+
+    @property
+    def listen(self) -> tuple[str, int]:
+        return _split_listen(self.LISTEN)
+
+    @property
+    def admin_listen(self) -> tuple[str, int]:
+        return _split_listen(self.ADMIN_LISTEN)
+
+    @property
+    def signing_keys(self) -> tuple[bytes, ...]:
+        keys = (self.SIGNING_KEY_CURRENT, self.SIGNING_KEY_NEXT)
+        return tuple(key.get_secret_value().encode() for key in keys if key is not None)
+
+    def token(self) -> str | None:
+        """The bearer token from RECOVERYD_TOKEN or the file RECOVERYD_TOKEN_FILE names."""
+        if self.TOKEN is not None:
+            return self.TOKEN.get_secret_value()
+        if self.TOKEN_FILE is None:
+            return None
+        try:
+            token = self.TOKEN_FILE.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SettingsError(f"{PREFIX}TOKEN_FILE: cannot read it: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise SettingsError(f"{PREFIX}TOKEN_FILE: {self.TOKEN_FILE} is not UTF-8") from None
+        if not token:
+            raise SettingsError(f"{PREFIX}TOKEN_FILE: {self.TOKEN_FILE} is empty")
+        return token
+
+
+class _NamedError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _named(field: str, message: str) -> _NamedError:
+    return _NamedError(field, message)
+
+
+def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
+    """Settings from `environ` (RECOVERYD_* only) and `overrides` (e.g. from the command line).
+
+    Raises `SettingsError` whose message is one line naming the first bad variable.
+    """
+    values = {
+        name.removeprefix(PREFIX): value
+        for name, value in environ.items()
+        if name.startswith(PREFIX) and name.removeprefix(PREFIX) in Settings.model_fields
+    }
+    values.update(overrides)
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc, values)) from None
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """RECOVERYD_* variables that are not settings, each with the nearest one, to warn about."""
+    known = list(Settings.model_fields)
+    unknown = []
+    for name in sorted(environ):
+        setting = name.removeprefix(PREFIX)
+        if name.startswith(PREFIX) and setting not in known and not _SERVICE_LINK.search(name):
+            # Compared without the shared prefix, which would make every name look close.
+            near = difflib.get_close_matches(setting, known, n=1)
+            unknown.append(f"{name} (did you mean {PREFIX}{near[0]}?)" if near else name)
+    return unknown
+
+
+def _one_line(exc: ValidationError, values: Mapping[str, Any]) -> str:
+    error = exc.errors(include_url=False, include_input=False)[0]
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, _NamedError):
+        return f"{PREFIX}{cause.field}: {cause}"
+    field = str(error["loc"][0]) if error["loc"] else "?"
+    if cause is not None:
+        return f"{PREFIX}{field}: {cause}"
+    message = error["msg"].replace("Input should be", "must be", 1)
+    if field not in _SECRETS:
+        message += f"; got {values[field]!r}"
+    return f"{PREFIX}{field}: {message}"

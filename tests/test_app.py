@@ -1,0 +1,81 @@
+"""The assembled daemon: probes on the public listener, metrics on the admin listener."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from tests.support import Recoveryd, callback_json, running_recoveryd
+
+
+async def test_healthz_answers_while_the_process_serves(recoveryd: Recoveryd) -> None:
+    """Liveness is 200 with a JSON body."""
+    response = await recoveryd.public.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+async def test_readyz_is_200_when_the_store_answers_and_a_token_is_present(
+    recoveryd: Recoveryd,
+) -> None:
+    """Ready: the store answers and there is a token."""
+    response = await recoveryd.public.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ready"}
+
+
+async def test_readyz_is_503_with_the_reason_when_there_is_no_token(tmp_path: Path) -> None:
+    """With only a credentials file named (not written yet), there is no token to call with."""
+    settings = {"TOKEN": "", "CREDENTIALS_FILE": str(tmp_path / "credentials.json")}
+    async with running_recoveryd(tmp_path, **settings) as recoveryd:
+        response = await recoveryd.public.get("/readyz")
+        assert response.status_code == 503
+        assert "no token" in response.json()["error"]
+
+
+async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> None:
+    """A store stuck behind another process's lock does not answer in time: not ready."""
+    options = {"busy_timeout": 2.0, "read_timeout": 0.1}
+    async with running_recoveryd(tmp_path, store_options=options) as recoveryd:
+        blocker = sqlite3.connect(tmp_path / "recoveryd.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            stuck = asyncio.create_task(recoveryd.post(callback_json("d-stuck")))
+            await asyncio.sleep(0.05)  # the store's writer is now waiting for the lock
+            response = await recoveryd.public.get("/readyz")
+            assert response.status_code == 503
+            assert response.json()["error"] == "not ready: store: the store did not answer in time"
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert (await stuck).json()["status"] == "accepted"
+        assert (await recoveryd.public.get("/readyz")).status_code == 200
+
+
+async def test_metrics_count_callbacks_by_result_and_show_the_inbox(
+    recoveryd: Recoveryd,
+) -> None:
+    """After accepted, duplicate and invalid callbacks, /metrics shows each and the depth."""
+    for dlq_id in ("d-1", "d-2", "d-1"):
+        await recoveryd.post(callback_json(dlq_id))
+    await recoveryd.post(b'{"status": 500}')
+    text = (await recoveryd.admin.get("/metrics")).text
+    assert 'recoveryd_callbacks_total{result="accepted"} 2.0' in text
+    assert 'recoveryd_callbacks_total{result="duplicate"} 1.0' in text
+    assert 'recoveryd_callbacks_total{result="invalid"} 1.0' in text
+    assert "recoveryd_inbox_depth 2.0" in text
+    assert "recoveryd_callback_request_duration_seconds_count 4.0" in text
+    assert recoveryd.metric("recoveryd_store_commit_callbacks_sum") == 3
+
+
+async def test_the_inbox_depth_is_read_from_the_store_at_scrape_time(
+    recoveryd: Recoveryd, tmp_path: Path
+) -> None:
+    """A callback written by another replica into the same database shows in the depth."""
+    other = sqlite3.connect(tmp_path / "recoveryd.db")
+    with other:
+        other.execute("INSERT INTO callbacks VALUES ('d-elsewhere', x'7b7d', 0)")
+    other.close()
+    await recoveryd.admin.get("/metrics")
+    assert recoveryd.metric("recoveryd_inbox_depth") == 1

@@ -1,0 +1,245 @@
+"""`recoveryd serve` as a process: start, refuse bad settings, stop cleanly, survive kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support import (
+    SIGNING_KEY_CURRENT,
+    SIGNING_KEY_NEXT,
+    TOKEN,
+    callback_json,
+    daemon_env,
+    signed,
+)
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen[str]
+    url: str
+    admin_url: str
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> tuple[int, str]:
+        """Send `sig`, wait for the exit; the exit status and everything it logged."""
+        self.process.send_signal(sig)
+        _, logs = self.process.communicate(timeout=30)
+        return self.process.returncode, logs
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _environ(tmp_path: Path, **settings: str) -> dict[str, str]:
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
+    return inherited | daemon_env(tmp_path, **settings)
+
+
+def _run(environ: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "daemon", "serve"],
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
+    """`recoveryd serve` on free loopback ports, once /healthz answers; killed at the end."""
+    port, admin_port = _free_port(), _free_port()
+    settings = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"} | settings
+    process = _run(_environ(tmp_path, **settings))
+    served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}")
+    try:
+        _wait_until_healthy(served)
+        yield served
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+
+
+def _wait_until_healthy(served: Served) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if served.process.poll() is not None:
+            raise AssertionError(f"serve exited: {served.process.communicate()[1]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError("serve did not become healthy")
+
+
+def _refused_start(tmp_path: Path, **settings: str) -> str:
+    """Run serve with `settings`, expecting it to refuse; its one line of error."""
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon", "serve"],
+        env=_environ(tmp_path, **settings),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_serve_takes_callbacks_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    """A callback is accepted over the real listener; SIGTERM drains and exits 0."""
+    with serving(tmp_path) as served:
+        body = callback_json("d-serve")
+        response = httpx.post(f"{served.url}/callbacks", content=body, headers=signed(body))
+        assert response.json() == {"status": "accepted", "dlqId": "d-serve"}
+        assert httpx.get(f"{served.url}/readyz").status_code == 200
+        metrics = httpx.get(f"{served.admin_url}/metrics").text
+        assert 'recoveryd_callbacks_total{result="accepted"} 1.0' in metrics
+        status, logs = served.stop()
+    assert status == 0
+    assert "recoveryd stopped" in logs
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"LISTEN": "8080"}, "Error: RECOVERYD_LISTEN: must be HOST:PORT"),
+        ({"STORE": "mysql://db"}, "Error: RECOVERYD_STORE: must be sqlite:///PATH"),
+        ({"TOKEN": ""}, "Error: RECOVERYD_TOKEN: required"),
+        ({"LOG_FORMAT": "xml"}, "Error: RECOVERYD_LOG_FORMAT: must be 'json' or 'console'"),
+        (
+            {"SIGNING_KEY_CURRENT": "", "SIGNING_KEY_NEXT": ""},
+            "Error: RECOVERYD_SIGNING_KEY_CURRENT: required: without a signing key",
+        ),
+    ],
+)
+def test_a_bad_setting_stops_the_start_with_one_line_naming_it(
+    tmp_path: Path, settings: dict[str, str], error: str
+) -> None:
+    """Exit 1 and a single line that starts with the variable's name."""
+    assert _refused_start(tmp_path, **settings).startswith(error)
+
+
+def test_a_store_that_cannot_be_opened_stops_the_start(tmp_path: Path) -> None:
+    """A store in a missing folder is named, with the reason, in one line."""
+    line = _refused_start(tmp_path, STORE=f"sqlite:///{tmp_path}/missing/recoveryd.db")
+    assert line.startswith("Error: RECOVERYD_STORE: cannot open the SQLite store")
+
+
+def test_a_busy_port_stops_the_start(tmp_path: Path) -> None:
+    """A listener that cannot bind is named by its setting."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = _refused_start(tmp_path, LISTEN=f"127.0.0.1:{port}")
+    assert line.startswith(f"Error: RECOVERYD_LISTEN: cannot listen on 127.0.0.1:{port}")
+
+
+def test_running_unsigned_must_be_asked_for_and_is_warned_about(tmp_path: Path) -> None:
+    """With RECOVERYD_ALLOW_UNSIGNED=true and no keys it starts, and says what that means."""
+    settings = {"ALLOW_UNSIGNED": "true", "SIGNING_KEY_CURRENT": "", "SIGNING_KEY_NEXT": ""}
+    with serving(tmp_path, **settings) as served:
+        status, logs = served.stop()
+    assert status == 0
+    assert "unsigned callbacks are accepted" in logs
+
+
+def test_no_secret_reaches_a_log_line_an_error_body_or_a_metric(tmp_path: Path) -> None:
+    """Every answer, every metric and every log line of a session with bad input is free
+    of the token and the signing keys."""
+    secrets = [TOKEN, SIGNING_KEY_CURRENT, SIGNING_KEY_NEXT]
+    with serving(tmp_path, LOG_FORMAT="console", SIGNING_KEY="typo") as served:
+        body = callback_json("d-secrets")
+        answers = [
+            httpx.post(f"{served.url}/callbacks", content=body, headers=headers).text
+            for headers in (
+                signed(body),
+                signed(body, key="wrong-key-" * 4),
+                signed(b"other body"),
+                {"Content-Type": "application/json", "Service-Signature": SIGNING_KEY_CURRENT},
+                {"Content-Type": "text/plain"},
+            )
+        ]
+        answers.append(httpx.get(f"{served.url}/readyz").text)
+        answers.append(httpx.get(f"{served.admin_url}/metrics").text)
+        _, logs = served.stop()
+    assert "unknown setting ignored" in logs  # the log did capture the session
+    for secret in secrets:
+        assert not any(secret in text for text in [*answers, logs])
+
+
+async def _send_all(url: str, dlq_ids: list[str], acknowledged: set[str]) -> None:
+    """POST a signed callback for each id from 16 concurrent senders; the ids answered
+    200 go into `acknowledged`. Sending stops at the first connection error."""
+    queue = list(reversed(dlq_ids))
+
+    async def sender(client: httpx.AsyncClient) -> None:
+        while queue:
+            dlq_id = queue.pop()
+            body = callback_json(dlq_id)
+            try:
+                response = await client.post("/callbacks", content=body, headers=signed(body))
+            except httpx.TransportError:
+                return  # the daemon is gone
+            if response.status_code == 200:
+                acknowledged.add(dlq_id)
+
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        await asyncio.gather(*(sender(client) for _ in range(16)))
+
+
+def _stored(database: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        return [dlq_id for (dlq_id,) in connection.execute("SELECT dlq_id FROM callbacks")]
+
+
+def test_every_acknowledged_callback_survives_kill_9_exactly_once(tmp_path: Path) -> None:
+    """Concurrent senders, SIGKILL midway, a restart and the service's retries: every
+    callback answered 200 before the kill is stored, and every dlqId is stored once."""
+    dlq_ids = [f"d-{i:05d}" for i in range(3000)]
+    acknowledged: set[str] = set()
+    with serving(tmp_path) as served:
+        sending = _threaded(_send_all(served.url, dlq_ids, acknowledged))
+        while len(acknowledged) < 500:
+            time.sleep(0.005)
+        status, _ = served.stop(signal.SIGKILL)
+        sending.join(30)
+    assert status == -signal.SIGKILL
+    assert 500 <= len(acknowledged) < len(dlq_ids), "the kill came too late to mean anything"
+    stored = _stored(tmp_path / "recoveryd.db")
+    assert acknowledged <= set(stored)
+    with serving(tmp_path) as served:  # the service retries everything it has no 2xx for
+        asyncio.run(_send_all(served.url, dlq_ids, acknowledged))
+        served.stop()
+    stored = _stored(tmp_path / "recoveryd.db")
+    assert sorted(stored) == dlq_ids
+
+
+def _threaded(coroutine: Coroutine[Any, Any, None]) -> threading.Thread:
+    thread = threading.Thread(target=asyncio.run, args=(coroutine,))
+    thread.start()
+    return thread
