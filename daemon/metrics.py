@@ -44,7 +44,7 @@ class Metrics:
         )
         self.inbox_depth = Gauge(
             "recoveryd_inbox_depth",
-            "Stored callbacks waiting to be handled (read at scrape time).",
+            "Callbacks in the store's inbox (read at scrape time).",
             registry=registry,
         )
         self.commit_size = Histogram(

@@ -14,7 +14,7 @@ import structlog
 from daemon.app import running
 from daemon.logs import configure_logging
 from daemon.serving import bind, serve_until_stopped
-from daemon.settings import PREFIX, Settings, SettingsError, load_settings, unknown_settings
+from daemon.settings import PREFIX, Settings, SettingsError, load_settings
 from daemon.store import StoreUnavailable
 
 log = structlog.get_logger(__name__)
@@ -28,11 +28,10 @@ def serve(environ: Mapping[str, str] = os.environ, *, rules: Path | None = None)
     """Run the daemon in the foreground; StartError when a setting or a listener is bad."""
     try:
         settings = load_settings(environ, **({"RULES": rules} if rules is not None else {}))
+        settings.service_url  # noqa: B018  (required by serve, unlike dev: raises if unset)
     except SettingsError as exc:
         raise StartError(str(exc)) from None
     configure_logging(settings.LOG_FORMAT)
-    for name in unknown_settings(environ):
-        log.warning("unknown setting ignored", variable=name)
     if settings.ALLOW_UNSIGNED:
         log.warning(
             "unsigned callbacks are accepted (RECOVERYD_ALLOW_UNSIGNED=true): anyone who can "

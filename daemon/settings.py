@@ -33,6 +33,7 @@ PREFIX = "RECOVERYD_"
 _SERVICE_LINK = re.compile(
     r"_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)$"
 )
+_USERINFO = re.compile(r"[^/@\s]+@")
 _PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
@@ -43,20 +44,23 @@ class SettingsError(ValueError):
     """A setting that stops the start; `str()` is the one line to print."""
 
 
-def _without_password(url: str) -> str:
-    """`url` safe to show in an error: a password in it is replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+def _without_credentials(url: str) -> str:
+    """`url` safe to show in an error, even when it does not parse: whatever stands before
+    an `@` (user and password) is replaced by ***."""
+    return _USERINFO.sub("***@", url)
 
 
 def _http_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        shown = _without_password(value)
+        shown = _without_credentials(value)
         raise ValueError(f"must be an http(s) URL with a host, e.g. https://host; got {shown!r}")
-    return value.rstrip("/")
+    return value
+
+
+def _base_url(value: str) -> str:
+    # Paths are appended to it: `https://host/` and `https://host` are the same base.
+    return _http_url(value).rstrip("/")
 
 
 def _listen(value: str) -> str:
@@ -85,6 +89,7 @@ def _schedule(value: str) -> str:
 
 
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
+BaseUrl = Annotated[str, AfterValidator(_base_url)]
 Listen = Annotated[str, AfterValidator(_listen)]
 
 
@@ -99,8 +104,8 @@ class Settings(BaseModel):
     # Field names are the variables' names without the prefix, so errors map back exactly.
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    SERVICE_URL: HttpUrl | None = None
-    ACCOUNT_URL: HttpUrl | None = None
+    SERVICE_URL: BaseUrl | None = None
+    ACCOUNT_URL: BaseUrl | None = None
     TOKEN: SecretStr | None = None
     TOKEN_FILE: Path | None = None
     ACCOUNT_USERNAME: str | None = None
@@ -136,7 +141,7 @@ class Settings(BaseModel):
             return value
         if value.startswith(("postgresql://", "postgres://")):
             raise ValueError("the PostgreSQL store is not available yet; use sqlite:///PATH")
-        shown = _without_password(value)
+        shown = _without_credentials(value)
         raise ValueError(f"must be sqlite:///PATH or postgresql://...; got {shown!r}")
 
     @field_validator(*_SECRETS)
@@ -221,12 +226,21 @@ def _named(field: str, message: str) -> _NamedError:
 def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
     """Settings from `environ` (RECOVERYD_* only) and `overrides` (e.g. from the command line).
 
-    Raises `SettingsError` whose message is one line naming the first bad variable.
+    A variable set to the empty string counts as unset, as a Helm chart renders an
+    optional value left out. Raises `SettingsError` whose message is one line naming the
+    first bad variable; a RECOVERYD_* variable that is no setting is one too, since a
+    misspelt RECOVERYD_PUBLIC_URL would silently turn a check off.
     """
+    for name in sorted(filter(_is_unknown, environ)):
+        near = _nearest(name)
+        hint = f"; did you mean {near}?" if near else ""
+        raise SettingsError(f"{name}: not a recoveryd setting{hint}")
     values = {
-        name.removeprefix(PREFIX): value
+        setting: value
         for name, value in environ.items()
-        if name.startswith(PREFIX) and name.removeprefix(PREFIX) in Settings.model_fields
+        if (setting := name.removeprefix(PREFIX)) in Settings.model_fields
+        and name.startswith(PREFIX)
+        and value != ""
     }
     values.update(overrides)
     try:
@@ -235,17 +249,18 @@ def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
         raise SettingsError(_one_line(exc, values)) from None
 
 
-def unknown_settings(environ: Mapping[str, str]) -> list[str]:
-    """RECOVERYD_* variables that are not settings, each with the nearest one, to warn about."""
-    known = list(Settings.model_fields)
-    unknown = []
-    for name in sorted(environ):
-        setting = name.removeprefix(PREFIX)
-        if name.startswith(PREFIX) and setting not in known and not _SERVICE_LINK.search(name):
-            # Compared without the shared prefix, which would make every name look close.
-            near = difflib.get_close_matches(setting, known, n=1)
-            unknown.append(f"{name} (did you mean {PREFIX}{near[0]}?)" if near else name)
-    return unknown
+def _is_unknown(name: str) -> bool:
+    return (
+        name.startswith(PREFIX)
+        and name.removeprefix(PREFIX) not in Settings.model_fields
+        and not _SERVICE_LINK.search(name)
+    )
+
+
+def _nearest(name: str) -> str | None:
+    # Compared without the shared prefix, which would make every name look close.
+    near = difflib.get_close_matches(name.removeprefix(PREFIX), list(Settings.model_fields), 1)
+    return PREFIX + near[0] if near else None
 
 
 def _one_line(exc: ValidationError, values: Mapping[str, Any]) -> str:

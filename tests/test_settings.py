@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from daemon.settings import SettingsError, load_settings, unknown_settings
+from daemon.settings import SettingsError, load_settings
 from tests.support import PASSWORD, SIGNING_KEY_CURRENT, SIGNING_KEY_NEXT, TOKEN
 
 # The least a start needs: a token and a signing key.
@@ -192,13 +192,20 @@ def test_empty_token_file_is_a_one_line_error(tmp_path: Path, content: str) -> N
         settings.token()
 
 
-def test_unknown_variable_is_reported_with_a_suggestion() -> None:
-    """A misspelt setting is listed with the setting it was probably meant to be."""
-    env = {**BASE, "RECOVERYD_LISTN": "0.0.0.0:8080", "RECOVERYD_DRYRUN": "true"}
-    assert unknown_settings(env) == [
-        "RECOVERYD_DRYRUN (did you mean RECOVERYD_DRY_RUN?)",
-        "RECOVERYD_LISTN (did you mean RECOVERYD_LISTEN?)",
-    ]
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("RECOVERYD_LISTN", "; did you mean RECOVERYD_LISTEN?"),
+        ("RECOVERYD_PUBLC_URL", "; did you mean RECOVERYD_PUBLIC_URL?"),
+        ("RECOVERYD_ZZZ", ""),
+    ],
+)
+def test_an_unknown_variable_stops_the_start_with_a_suggestion(name: str, suggestion: str) -> None:
+    """A misspelt setting is refused, naming the setting it was probably meant to be: a
+    typo in RECOVERYD_PUBLIC_URL must not silently turn the subject check off."""
+    with pytest.raises(SettingsError) as caught:
+        load_settings({**BASE, name: "x"})
+    assert str(caught.value) == f"{name}: not a recoveryd setting{suggestion}"
 
 
 @pytest.mark.parametrize(
@@ -217,10 +224,32 @@ def test_unknown_variable_is_reported_with_a_suggestion() -> None:
 )
 def test_kubernetes_service_links_are_not_reported(name: str) -> None:
     """Variables Kubernetes injects for a Service named recoveryd are not settings typos."""
-    assert unknown_settings({**BASE, name: "10.0.0.1"}) == []
+    load_settings({**BASE, name: "10.0.0.1"})
 
 
 def test_known_and_foreign_variables_are_not_reported() -> None:
-    """Real settings and variables without the prefix are never listed."""
+    """Real settings and variables without the prefix are never refused as unknown."""
     env = {**BASE, "RECOVERYD_SERVICE_URL": "https://s.example.com", "HOME": "/root"}
-    assert unknown_settings(env) == []
+    load_settings(env)
+
+
+def test_the_public_url_is_kept_exactly_and_base_urls_lose_their_slash() -> None:
+    """`sub` must equal RECOVERYD_PUBLIC_URL as written; the service URL is a base for paths."""
+    settings = load_settings(
+        environ(PUBLIC_URL="https://r.example.com/callbacks/", SERVICE_URL="https://s.example.com/")
+    )
+    assert settings.PUBLIC_URL == "https://r.example.com/callbacks/"
+    assert settings.service_url == "https://s.example.com"
+
+
+def test_an_empty_variable_counts_as_unset() -> None:
+    """`RECOVERYD_PUBLIC_URL=` (as a chart renders a value left out) turns the check off."""
+    assert load_settings(environ(PUBLIC_URL="", ROTATE_SCHEDULE="")).PUBLIC_URL is None
+
+
+def test_credentials_in_a_url_that_does_not_parse_are_not_shown() -> None:
+    """Even a malformed URL has its user and password masked in the error."""
+    with pytest.raises(SettingsError) as caught:
+        load_settings(environ(SERVICE_URL="https//user:hunter2@host"))
+    assert "hunter2" not in str(caught.value)
+    assert "***@host" in str(caught.value)

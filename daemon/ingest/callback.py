@@ -38,7 +38,8 @@ class FailureCallback(_Received):
     """A failure callback as the service sends it, checked field by field. Unknown fields
     are kept; timestamps arrive as ints or numeric strings and become ints."""
 
-    model_config = ConfigDict(hide_input_in_errors=True)
+    # Wire names only: `{"dlq_id": ...}` is not a failure callback.
+    model_config = ConfigDict(hide_input_in_errors=True, populate_by_name=False)
 
     dlq_id: Annotated[str, AfterValidator(_dlq_id)]
     status: int | None = None

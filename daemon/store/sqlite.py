@@ -22,8 +22,8 @@ import structlog
 from daemon.store import Added, Callback, StoreUnavailable
 
 T = TypeVar("T")
-# At most 3 parameters a row; SQLite allows 32,766 in one statement.
-ROWS_PER_STATEMENT = 500
+# At most 3 parameters a row: 900 stays under the 999 that SQLite before 3.32 allows.
+ROWS_PER_STATEMENT = 300
 log = structlog.get_logger(__name__)
 
 # Each entry moves the schema one version up (PRAGMA user_version); never edit one.
@@ -77,7 +77,8 @@ class SQLiteStore:
         """Open (creating and migrating if needed) the store at `path` for the block.
 
         `busy_timeout` is how long a write waits for another process's lock;
-        `commit_timeout` how long a caller waits for its commit before StoreUnavailable,
+        `commit_timeout` how long a commit may take before its callers get StoreUnavailable
+        (a caller may also wait for the commit before its own, so up to twice that),
         `read_timeout` how long for a read (reads queue behind commits on the one thread);
         `max_pending` how many callbacks may wait for a commit before new ones are refused.
         """
@@ -102,12 +103,17 @@ class SQLiteStore:
         finally:
             store._closing = True
             store._wakeup.set()
-            await writer  # commits whatever is still pending
-            await loop.run_in_executor(executor, connection.close)
-            executor.shutdown()
+            # Commit whatever is still pending, within a deadline: a hung disk must not
+            # hold up the shutdown for ever.
+            done, _ = await asyncio.wait([writer], timeout=2 * commit_timeout)
+            if done:
+                await loop.run_in_executor(executor, connection.close)
+            else:
+                log.error("the store's last commit did not finish; stopping without it")
+            executor.shutdown(wait=False)
 
     async def add_callback(self, callback: Callback) -> Added:
-        if self._closing:
+        if self._closing:  # also set when the writer has ended, however it ended
             raise StoreUnavailable("the store is shutting down")
         if len(self._pending) >= self._max_pending:
             raise StoreUnavailable("the store is behind; try again")
@@ -147,15 +153,19 @@ class SQLiteStore:
 
     async def _write_loop(self) -> None:
         # Whatever arrived while a commit was being flushed is the next batch.
-        while True:
-            if not self._pending:
-                if self._closing:
-                    return
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                continue
-            batch, self._pending = self._pending, []
-            await self._commit(batch)
+        try:
+            while True:
+                if not self._pending:
+                    if self._closing:
+                        return
+                    await self._wakeup.wait()
+                    self._wakeup.clear()
+                    continue
+                batch, self._pending = self._pending, []
+                await self._commit(batch)
+        finally:  # however the writer ends, nobody may be left waiting on it
+            self._closing = True
+            self._fail(self._pending, StoreUnavailable("the store is shutting down"))
 
     async def _commit(self, batch: list[tuple[Callback, asyncio.Future[Added]]]) -> None:
         loop = asyncio.get_running_loop()
@@ -167,10 +177,7 @@ class SQLiteStore:
             )
         except Exception as exc:  # every waiter must hear, whatever went wrong
             log.error("store commit failed", error=str(exc), callbacks=len(batch))
-            failure = StoreUnavailable(f"the store could not commit: {exc}")
-            for _, waiter in batch:
-                if not waiter.done():  # done: its caller gave up waiting (commit_timeout)
-                    waiter.set_exception(failure)
+            self._fail(batch, StoreUnavailable(f"the store could not commit: {exc}"))
             return
         finally:
             timer.cancel()
@@ -179,18 +186,23 @@ class SQLiteStore:
             if not waiter.done():
                 waiter.set_result(outcome)
         if self._observe_commit is not None:
-            self._observe_commit(len(batch))
+            with contextlib.suppress(Exception):  # a metric must not stop the writer
+                self._observe_commit(len(batch))
+
+    @staticmethod
+    def _fail(waiting: list[tuple[Callback, asyncio.Future[Added]]], error: Exception) -> None:
+        for _, waiter in waiting:
+            if not waiter.done():  # done: its caller already heard (see _stall)
+                waiter.set_exception(error)
 
     def _stall(self, batch: list[tuple[Callback, asyncio.Future[Added]]]) -> None:
         """The commit is past commit_timeout (a lock held elsewhere, a stalled disk): tell
         its callers and those queued behind it, and refuse new callbacks until it returns.
-        Their callbacks still go in when the store recovers; the service's retry of one
-        then finds a duplicate, so nothing is lost or stored twice."""
+        Their callbacks are still written if the store recovers, and the service's retry
+        of one then finds a duplicate; if not, the retry stores it. Either way nothing is
+        lost or stored twice."""
         self._stalled = True
-        failure = StoreUnavailable("the store did not commit in time")
-        for _, waiter in (*batch, *self._pending):
-            if not waiter.done():
-                waiter.set_exception(failure)
+        self._fail([*batch, *self._pending], StoreUnavailable("the store did not commit in time"))
 
     def _insert(self, callbacks: list[Callback]) -> list[Added]:
         """One transaction for the whole batch (runs on the store's thread).
@@ -235,10 +247,13 @@ def _transaction(connection: sqlite3.Connection) -> Any:
     connection.execute("BEGIN IMMEDIATE")
     try:
         yield connection
+        connection.execute("COMMIT")
     except BaseException:
-        connection.execute("ROLLBACK")
+        # SQLite has already rolled back after some errors (disk full, I/O): a second
+        # ROLLBACK would fail and hide the real error; none at all would leave the lock held.
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
         raise
-    connection.execute("COMMIT")
 
 
 def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from daemon.store import Callback, StoreUnavailable
-from daemon.store.sqlite import MIGRATIONS, SQLiteStore
+from daemon.store.sqlite import MIGRATIONS, SQLiteStore, _transaction
 
 
 def _callback(dlq_id: str, body: bytes = b'{"dlqId": "x"}') -> Callback:
@@ -153,3 +153,44 @@ async def test_a_path_that_cannot_be_opened_is_reported(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match=str(path)):
         async with SQLiteStore.open(path):
             pass
+
+
+async def test_a_batch_larger_than_one_statement_finds_every_duplicate(tmp_path: Path) -> None:
+    """700 callbacks at once (three statements' worth), with duplicates in other chunks and
+    of stored ones: each dlqId accepted once, every other copy a duplicate."""
+    async with SQLiteStore.open(tmp_path / "s.db") as store:
+        await store.add_callback(_callback("d-5"))
+        ids = [f"d-{i}" for i in range(600)] + [f"d-{i}" for i in range(0, 600, 6)]
+        outcomes = await asyncio.gather(*(store.add_callback(_callback(i)) for i in ids))
+        assert outcomes.count("accepted") == 599
+        assert outcomes[5] == "duplicate"
+        assert outcomes[600:] == ["duplicate"] * 100
+        assert await store.inbox_depth() == 600
+
+
+async def test_a_failing_metric_does_not_stop_the_writer(tmp_path: Path) -> None:
+    """observe_commit raising is not the store's problem: later callbacks still commit."""
+
+    def broken(size: int) -> None:
+        raise RuntimeError("metric backend down")
+
+    async with SQLiteStore.open(tmp_path / "s.db", observe_commit=broken) as store:
+        assert await store.add_callback(_callback("d-1")) == "accepted"
+        assert await store.add_callback(_callback("d-2")) == "accepted"
+
+
+def test_a_failed_commit_rolls_back_and_reports_its_own_error(tmp_path: Path) -> None:
+    """When COMMIT itself fails the lock is released and the error is COMMIT's, so the
+    next batch is not stuck 'within a transaction'."""
+    connection = sqlite3.connect(tmp_path / "fk.db", isolation_level=None)
+    connection.execute("PRAGMA foreign_keys = ON")
+    connection.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    connection.execute(
+        "CREATE TABLE child (parent INTEGER REFERENCES parent DEFERRABLE INITIALLY DEFERRED)"
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), _transaction(connection):
+        connection.execute("INSERT INTO child VALUES (1)")  # fails only at COMMIT
+    assert not connection.in_transaction
+    with _transaction(connection):
+        connection.execute("INSERT INTO parent VALUES (1)")
+    connection.close()
