@@ -111,6 +111,7 @@ def recoveryd_server(workdir: Path, store: Path, signing_key: str) -> Iterator[S
     """`recoveryd serve` on a SQLite store at `store`, checking signatures with `signing_key`."""
     port, admin_port = free_port(), free_port()
     settings = {
+        "RECOVERYD_SERVICE_URL": "http://service.invalid",  # ingest never calls it
         "RECOVERYD_TOKEN": "tok_bench",
         "RECOVERYD_SIGNING_KEY_CURRENT": signing_key,
         "RECOVERYD_LISTEN": f"{HOST}:{port}",
