@@ -154,13 +154,17 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if self.TOKEN is not None and self.TOKEN_FILE is not None:
-            raise _named("TOKEN_FILE", "set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE, not both")
+            raise _NamedError("TOKEN_FILE", "set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE, not both")
         if self.TOKEN is None and self.TOKEN_FILE is None and self.CREDENTIALS_FILE is None:
-            raise _named("TOKEN", "required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE")
+            raise _NamedError(
+                "TOKEN", "required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE"
+            )
         if self.SIGNING_KEY_NEXT is not None and self.SIGNING_KEY_CURRENT is None:
-            raise _named("SIGNING_KEY_CURRENT", "required when RECOVERYD_SIGNING_KEY_NEXT is set")
+            raise _NamedError(
+                "SIGNING_KEY_CURRENT", "required when RECOVERYD_SIGNING_KEY_NEXT is set"
+            )
         if self.SIGNING_KEY_CURRENT is None and not self.ALLOW_UNSIGNED:
-            raise _named(
+            raise _NamedError(
                 "SIGNING_KEY_CURRENT",
                 "required: without a signing key anyone could forge callbacks "
                 "(set RECOVERYD_ALLOW_UNSIGNED=true to accept unsigned callbacks)",
@@ -178,10 +182,6 @@ class Settings(BaseModel):
     @property
     def account_url(self) -> str:
         return self.ACCOUNT_URL or self.service_url
-
-    @property
-    def sqlite_path(self) -> Path:
-        return Path(self.STORE.removeprefix("sqlite:///"))
 
     @property
     def listen(self) -> tuple[str, int]:
@@ -214,13 +214,11 @@ class Settings(BaseModel):
 
 
 class _NamedError(ValueError):
+    """A check across settings, naming the variable its one-line error is about."""
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
-
-
-def _named(field: str, message: str) -> _NamedError:
-    return _NamedError(field, message)
 
 
 def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:

@@ -36,7 +36,6 @@ def error_for(env: dict[str, str], **overrides: Any) -> str:
         ("listen", ("0.0.0.0", 8080)),
         ("admin_listen", ("127.0.0.1", 9090)),
         ("STORE", "sqlite:///recoveryd.db"),
-        ("sqlite_path", Path("recoveryd.db")),
         ("HEADER_PREFIX", "Service"),
         ("LOG_FORMAT", "json"),
         ("MAX_BODY_BYTES", 1024 * 1024),
