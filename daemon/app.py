@@ -29,7 +29,6 @@ ASGIApp = Callable[..., Any]
 class Daemon:
     """A running daemon's parts: what the listeners serve, and what tests look into."""
 
-    settings: Settings
     store: Store
     metrics: Metrics
     public: ASGIApp
@@ -66,7 +65,6 @@ async def running(
         )
         readiness = Readiness(store, token_present=bool(token))
         yield Daemon(
-            settings=settings,
             store=store,
             metrics=metrics,
             public=public_app(receiver, readiness),

@@ -39,7 +39,7 @@ class Store(Protocol):
         ...
 
     async def inbox_depth(self) -> int:
-        """How many stored callbacks wait to be handled."""
+        """How many callbacks the inbox holds (until the pipeline lands, every one stored)."""
         ...
 
     async def ping(self) -> None:
