@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,8 +19,11 @@ from daemon.admin import admin_app
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
 from daemon.metrics import Metrics
+from daemon.pipeline import Decider
+from daemon.rules.live import LiveRules
 from daemon.settings import Settings
 from daemon.store import Store, StoreUnavailable, open_store
+from daemon.upstream import Credentials, CredentialsHolder, RateLimiter, RetryPolicy, ServiceClient
 from daemon.web import EXCEPTION_HANDLERS
 
 ASGIApp = Callable[..., Any]
@@ -31,6 +35,8 @@ class Daemon:
 
     store: Store
     metrics: Metrics
+    rules: LiveRules
+    decider: Decider
     public: ASGIApp
     admin: ASGIApp
 
@@ -42,15 +48,24 @@ async def running(
     registry: CollectorRegistry | None = None,
     wall_clock: Callable[[], float] = time.time,
     store_options: Mapping[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
 ) -> AsyncIterator[Daemon]:
-    """Open the store and build both apps; on exit, pending commits land, then it closes.
+    """Load the rules, open the store and build both apps; on exit, pending commits land,
+    then it closes. FileError or Unreadable when the rules cannot be used.
 
-    `store_options` go to the store's `open` (timeouts and limits, for tests).
+    `store_options` go to the store's `open` (timeouts and limits), `retry` to the service
+    client: tests make both short.
     """
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
+    rules = LiveRules(settings.RULES, metrics, wall_clock=wall_clock)
     token = settings.token()
     observe = metrics.commit_size.observe
-    async with open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store:
+    async with (
+        open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store,
+        httpx.AsyncClient(timeout=10.0) as http,
+    ):
+        client = _service_client(settings, http, token, retry)
+        decider = Decider(client, rules, metrics)
         verifier = None
         if settings.signing_keys:
             verifier = Verifier(settings.signing_keys, settings.HEADER_PREFIX, settings.PUBLIC_URL)
@@ -62,14 +77,34 @@ async def running(
             header_prefix=settings.HEADER_PREFIX,
             max_body_bytes=settings.MAX_BODY_BYTES,
             wall_clock=wall_clock,
+            on_accepted=decider.submit,
         )
         readiness = Readiness(store, token_present=bool(token))
-        yield Daemon(
-            store=store,
-            metrics=metrics,
-            public=public_app(receiver, readiness),
-            admin=admin_app(store=store, metrics=metrics),
-        )
+        async with decider.running():
+            yield Daemon(
+                store=store,
+                metrics=metrics,
+                rules=rules,
+                decider=decider,
+                public=public_app(receiver, readiness),
+                admin=admin_app(store=store, metrics=metrics, rules=rules),
+            )
+
+
+def _service_client(
+    settings: Settings, http: httpx.AsyncClient, token: str | None, retry: RetryPolicy | None
+) -> ServiceClient:
+    password = settings.ACCOUNT_PASSWORD.get_secret_value() if settings.ACCOUNT_PASSWORD else None
+    credentials = Credentials(token or "", settings.ACCOUNT_USERNAME, password)
+    return ServiceClient(
+        http,
+        base_url=settings.service_url,
+        account_url=settings.account_url,
+        credentials=CredentialsHolder(credentials),
+        header_prefix=settings.HEADER_PREFIX,
+        retry=retry,
+        limiter=RateLimiter(settings.MAX_RPS, pinned=settings.MAX_RPS is not None),
+    )
 
 
 class Readiness:

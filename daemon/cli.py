@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 
@@ -61,6 +64,104 @@ def serve(rules: Path | None) -> None:
         run_daemon(rules=rules)
     except StartError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+# check, explain and test: exit 1 for rules with problems, 2 for a file that cannot be read.
+_RULES_PATH = click.Path(dir_okay=False, path_type=Path)
+_HEADER_PREFIX = click.option(
+    "--header-prefix",
+    envvar="RECOVERYD_HEADER_PREFIX",
+    default="Service",
+    show_default=True,
+    help="Prefix of the service's headers (Upstash for QStash).",
+)
+
+
+@main.command()
+@click.argument("path", type=_RULES_PATH, required=False)
+def check(path: Path | None) -> None:
+    """Validate a rules file (default: RECOVERYD_RULES, or rules.yaml).
+
+    Every problem is printed as PATH:LINE:COL: yaml.path: message. Exit status: 0 valid,
+    1 invalid, 2 unreadable.
+    """
+    from daemon.settings import PREFIX
+
+    path = path or Path(_environ(f"{PREFIX}RULES") or "rules.yaml")
+    ruleset = _load_rules(path)
+    click.echo(f"{path}: ok: {len(ruleset.rules)} rules, {len(ruleset.sweeps)} sweeps")
+
+
+@main.command()
+@click.argument("rules", type=_RULES_PATH)
+@click.argument("message", type=_RULES_PATH)
+@_HEADER_PREFIX
+def explain(rules: Path, message: Path, header_prefix: str) -> None:
+    """Which rule the DLQ message in MESSAGE (JSON of spec 2.1) matches, and the call it
+    would cause: method, path, query and the exact override headers, as JSON."""
+    from daemon.rules import facts
+    from daemon.rules.explain import explain as explained
+
+    ruleset = _load_rules(rules)
+    try:
+        data = json.loads(message.read_bytes())
+    except (OSError, ValueError) as exc:
+        _fail(f"{message}: cannot read a JSON message: {exc}", 2)
+    if not isinstance(data, dict):
+        _fail(f"{message}: a DLQ message is a JSON object", 2)
+    decision = ruleset.decide(facts(data, header_prefix))
+    click.echo(json.dumps(explained(ruleset, data, decision, header_prefix), indent=2))
+
+
+@main.command("test")
+@click.argument("rules", type=_RULES_PATH)
+@click.argument("tests", type=_RULES_PATH)
+@_HEADER_PREFIX
+def test_rules(rules: Path, tests: Path, header_prefix: str) -> None:
+    """Run the rule unit tests in TESTS against RULES. Exit status: 0 when all pass, 1 when
+    any fails or a file has problems, 2 when a file cannot be read."""
+    from daemon.rules import FileError, Unreadable
+    from daemon.rules.testing import load_tests, run_tests
+
+    ruleset = _load_rules(rules)
+    try:
+        cases = load_tests(tests, ruleset)
+    except FileError as exc:
+        _fail(str(exc), 1)
+    except Unreadable as exc:
+        _fail(str(exc), 2)
+    outcomes = run_tests(cases, ruleset, header_prefix)
+    for outcome in outcomes:
+        verdict = "PASS" if outcome.passed else "FAIL"
+        click.echo(f"{tests}:{outcome.line}: {verdict} {outcome.test.name}")
+        for failure in outcome.failures:
+            click.echo(f"    {failure}")
+    failed = sum(not outcome.passed for outcome in outcomes)
+    click.echo(f"{len(outcomes)} tests, {len(outcomes) - failed} passed, {failed} failed")
+    if failed:
+        sys.exit(1)
+
+
+def _load_rules(path: Path) -> Any:
+    from daemon.rules import FileError, Unreadable, load_rules
+
+    try:
+        return load_rules(path)
+    except FileError as exc:
+        _fail(str(exc), 1)
+    except Unreadable as exc:
+        _fail(str(exc), 2)
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    click.echo(message, err=True)
+    sys.exit(status)
+
+
+def _environ(name: str) -> str | None:
+    import os
+
+    return os.environ.get(name) or None
 
 
 @main.command()

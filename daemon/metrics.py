@@ -53,3 +53,32 @@ class Metrics:
             buckets=_BATCH_BUCKETS,
             registry=registry,
         )
+        reloads = Counter(
+            "recoveryd_rules_reloads",
+            "Loads of the rules file (at start and on reload), by result.",
+            ["result"],
+            registry=registry,
+        )
+        self.rules_reloads = {result: reloads.labels(result) for result in ("success", "failure")}
+        self.rules_last_reload_successful = Gauge(
+            "recoveryd_rules_last_reload_successful",
+            "1 when the last load of the rules file succeeded; 0 when it was refused.",
+            registry=registry,
+        )
+        self.rules_last_reload_success = Gauge(
+            "recoveryd_rules_last_reload_success_timestamp_seconds",
+            "When the rules in force were loaded (Unix time).",
+            registry=registry,
+        )
+        self.rules_info = Gauge(
+            "recoveryd_rules_info",
+            "The rules in force: the sha256 of the file's bytes, and how many rules it has.",
+            ["sha256", "rules"],
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "recoveryd_decisions",
+            'Rules matched by DLQ messages, by rule and action (rule "" when none matched).',
+            ["rule", "action"],
+            registry=registry,
+        )

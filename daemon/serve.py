@@ -13,6 +13,7 @@ import structlog
 
 from daemon.app import running
 from daemon.logs import configure_logging
+from daemon.rules import FileError, Unreadable
 from daemon.serving import bind, serve_until_stopped
 from daemon.settings import PREFIX, Settings, SettingsError, load_settings
 from daemon.store import StoreUnavailable
@@ -49,13 +50,37 @@ async def _serve(settings: Settings, sockets: list[socket.socket]) -> None:
                 listen=settings.LISTEN,
                 admin_listen=settings.ADMIN_LISTEN,
                 store=settings.STORE,
+                rules=str(settings.RULES),
+                rules_sha256=daemon.rules.current.digest,
             )
-            await serve_until_stopped([(daemon.public, sockets[0]), (daemon.admin, sockets[1])])
+            reloads: set[asyncio.Task[Any]] = set()
+
+            def reload() -> None:
+                # The outcome is logged by the reload itself; a refused file changes nothing.
+                task = asyncio.create_task(daemon.rules.reload())
+                reloads.add(task)
+                task.add_done_callback(_settled(reloads))
+
+            listeners = [(daemon.public, sockets[0]), (daemon.admin, sockets[1])]
+            await serve_until_stopped(listeners, on_hangup=reload)
     except StoreUnavailable as exc:
         raise StartError(f"{PREFIX}STORE: {exc}") from None
+    except FileError as exc:
+        raise StartError(f"{PREFIX}RULES: the rules file has problems:\n{exc}") from None
+    except Unreadable as exc:
+        raise StartError(f"{PREFIX}RULES: {exc}") from None
     except SettingsError as exc:
         raise StartError(str(exc)) from None
     log.info("recoveryd stopped")
+
+
+def _settled(tasks: set[asyncio.Task[Any]]) -> Any:
+    def forget(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the reload has logged it already
+
+    return forget
 
 
 def _bind(setting: str, host: str, port: int) -> socket.socket:

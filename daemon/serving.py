@@ -8,7 +8,7 @@ import contextlib
 import signal
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -112,10 +112,13 @@ class _QuietServer(uvicorn.Server):
 
 
 async def serve_until_stopped(
-    listeners: list[tuple[Any, socket.socket]], *, drain_seconds: float = 30.0
+    listeners: list[tuple[Any, socket.socket]],
+    *,
+    drain_seconds: float = 30.0,
+    on_hangup: Callable[[], Any] | None = None,
 ) -> None:
     """Serve each app on its socket until SIGTERM or SIGINT; in-flight requests then get
-    up to `drain_seconds` to finish before the servers return."""
+    up to `drain_seconds` to finish before the servers return. SIGHUP calls `on_hangup`."""
     servers = [
         _QuietServer(
             uvicorn.Config(
@@ -134,11 +137,14 @@ async def serve_until_stopped(
         for server in servers:
             server.should_exit = True
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop)
+    handlers = {signal.SIGTERM: stop, signal.SIGINT: stop}
+    if on_hangup is not None:
+        handlers[signal.SIGHUP] = on_hangup
+    for sig, handler in handlers.items():
+        loop.add_signal_handler(sig, handler)
     try:
         pairs = zip(servers, (sock for _, sock in listeners), strict=True)
         await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in pairs))
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in handlers:
             loop.remove_signal_handler(sig)

@@ -11,9 +11,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-from apscheduler.triggers.cron import CronTrigger
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -25,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from daemon.durations import parse_duration
+from daemon.schedule import parse_schedule
+from daemon.urls import http_url, without_credentials
 
 PREFIX = "RECOVERYD_"
 # Kubernetes injects <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_8080_TCP_ADDR... for every
@@ -33,7 +32,6 @@ PREFIX = "RECOVERYD_"
 _SERVICE_LINK = re.compile(
     r"_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)$"
 )
-_USERINFO = re.compile(r"[^/@\s]+@")
 _PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
@@ -44,23 +42,9 @@ class SettingsError(ValueError):
     """A setting that stops the start; `str()` is the one line to print."""
 
 
-def _without_credentials(url: str) -> str:
-    """`url` safe to show in an error, even when it does not parse: whatever stands before
-    an `@` (user and password) is replaced by ***."""
-    return _USERINFO.sub("***@", url)
-
-
-def _http_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        shown = _without_credentials(value)
-        raise ValueError(f"must be an http(s) URL with a host, e.g. https://host; got {shown!r}")
-    return value
-
-
 def _base_url(value: str) -> str:
     # Paths are appended to it: `https://host/` and `https://host` are the same base.
-    return _http_url(value).rstrip("/")
+    return http_url(value).rstrip("/")
 
 
 def _listen(value: str) -> str:
@@ -71,24 +55,12 @@ def _listen(value: str) -> str:
 
 
 def _schedule(value: str) -> str:
-    if not value.strip():
-        return ""
-    try:
-        parse_duration(value)
-        return value
-    except ValueError:
-        pass
-    try:
-        CronTrigger.from_crontab(value)
-    except ValueError as exc:
-        raise ValueError(
-            f"must be a cron expression like '0 3 * * 0' or an interval like 24h; got {value!r} "
-            f"({exc})"
-        ) from None
+    if value.strip():
+        parse_schedule(value)
     return value
 
 
-HttpUrl = Annotated[str, AfterValidator(_http_url)]
+HttpUrl = Annotated[str, AfterValidator(http_url)]
 BaseUrl = Annotated[str, AfterValidator(_base_url)]
 Listen = Annotated[str, AfterValidator(_listen)]
 
@@ -141,7 +113,7 @@ class Settings(BaseModel):
             return value
         if value.startswith(("postgresql://", "postgres://")):
             raise ValueError("the PostgreSQL store is not available yet; use sqlite:///PATH")
-        shown = _without_credentials(value)
+        shown = without_credentials(value)
         raise ValueError(f"must be sqlite:///PATH or postgresql://...; got {shown!r}")
 
     @field_validator(*_SECRETS)

@@ -102,6 +102,7 @@ class Service:
 # recoveryd itself, as the tests run it.
 
 SAMPLES = Path(__file__).parent / "testdata" / "samples"
+REPO_RULES = Path(__file__).parent.parent / "rules.yaml"
 # What the service is told to call; tokens are signed for it (the `sub` claim).
 PUBLIC_URL = "https://recoveryd.example.com/callbacks"
 
@@ -118,6 +119,7 @@ def daemon_env(tmp_path: Path, **settings: str) -> dict[str, str]:
         "RECOVERYD_STORE": f"sqlite:///{tmp_path / 'recoveryd.db'}",
         "RECOVERYD_LISTEN": "127.0.0.1:0",
         "RECOVERYD_ADMIN_LISTEN": "127.0.0.1:0",
+        "RECOVERYD_RULES": str(REPO_RULES),
     }
     for name, value in settings.items():
         env.pop(f"RECOVERYD_{name}", None)

@@ -54,7 +54,8 @@ class CallbackReceiver:
 
     `verifier` is None only when the daemon runs unsigned (RECOVERYD_ALLOW_UNSIGNED with
     no keys); with keys and unsigned allowed, a callback without a signature is taken but
-    one with a bad signature is still refused.
+    one with a bad signature is still refused. `on_accepted` hears of each new dlqId once
+    it is stored.
     """
 
     def __init__(
@@ -67,8 +68,10 @@ class CallbackReceiver:
         header_prefix: str,
         max_body_bytes: int,
         wall_clock: Callable[[], float] = time.time,
+        on_accepted: Callable[[str], None] = lambda dlq_id: None,
     ) -> None:
         self._store = store
+        self._on_accepted = on_accepted
         self._metrics = metrics
         self._verifier = verifier
         self._allow_unsigned = allow_unsigned
@@ -115,6 +118,8 @@ class CallbackReceiver:
             log.warning("callback not stored", dlq_id=callback.dlq_id, reason=str(exc))
             return _error(503, "unavailable", f"cannot store the callback now: {exc}")
         log.debug("callback stored", dlq_id=callback.dlq_id, result=added)
+        if added == "accepted":
+            self._on_accepted(callback.dlq_id)
         return _stored(added, callback.dlq_id)
 
     def _headers(self, scope: Scope) -> tuple[int | None, bytes, bytes | None]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+
+from daemon.urls import http_url
 
 BulkAction = Literal["resume", "restart"]
 FailureFunctionState = Literal[
@@ -206,16 +208,35 @@ class BulkResult(_Received):
 
 
 class _Sent(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # camelCase as in rules.yaml and on the wire; snake_case in Python.
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=True,
+    )
+
+
+def _duration(value: str | None) -> str | None:
+    if value is not None and not DURATION.match(value):
+        raise ValueError(f"must be a number followed by s, m, h or d, e.g. 30s; got {value!r}")
+    return value
+
+
+def _header_word(value: str) -> str:
+    if not HEADER_WORD.match(value):
+        raise ValueError(f"must be printable ASCII without spaces (a header value); got {value!r}")
+    return value
 
 
 class FlowControl(_Sent):
     """Flow control for the runs (spec 4.6): a key and at least one of its limits."""
 
-    key: str = Field(pattern=HEADER_WORD.pattern)
+    key: Annotated[str, AfterValidator(_header_word)]
     parallelism: int | None = Field(default=None, ge=1)
     rate: int | None = Field(default=None, ge=1)
-    period: str | None = Field(default=None, pattern=DURATION.pattern)
+    period: Annotated[str | None, AfterValidator(_duration)] = None
 
     @model_validator(mode="after")
     def _has_a_limit(self) -> FlowControl:
@@ -233,8 +254,8 @@ class Overrides(_Sent):
     """Override values for resumed or restarted runs, sent as headers (spec 4.6)."""
 
     retries: int | None = Field(default=None, ge=0)
-    delay: str | None = Field(default=None, pattern=DURATION.pattern)
-    retry_delay: str | None = Field(default=None, pattern=RETRY_DELAY.pattern)
+    delay: Annotated[str | None, AfterValidator(_duration)] = None
+    retry_delay: str | None = None
     flow_control: FlowControl | None = None
     labels: tuple[str, ...] = ()
     failure_callback: str | None = None
@@ -250,6 +271,11 @@ class Overrides(_Sent):
     @field_validator("retry_delay")
     @classmethod
     def _retry_delay_is_arithmetic(cls, expression: str | None) -> str | None:
+        if expression is not None and not (RETRY_DELAY.match(expression) and expression.strip()):
+            raise ValueError(
+                "must be arithmetic over `retried`, e.g. pow(2, retried) * 1000; "
+                f"got {expression!r}"
+            )
         depth = 0
         for char in expression or "":
             depth += {"(": 1, ")": -1}.get(char, 0)
@@ -267,13 +293,7 @@ class Overrides(_Sent):
     @classmethod
     def _absolute_http_url(cls, url: str | None) -> str | None:
         if url is not None:
-            parts = urlsplit(url)
-            if (
-                not HEADER_WORD.match(url)
-                or parts.scheme not in ("http", "https")
-                or not parts.hostname
-            ):
-                raise ValueError(f"the failure callback must be an http(s) URL, got {url!r}")
+            _header_word(http_url(url))
         return url
 
     def headers(self, prefix: str = "Service") -> dict[str, str]:

@@ -1,0 +1,327 @@
+"""A rule's `match` compiled into one predicate over a message's facts (PRODUCT.md 4.2).
+
+Compiling checks everything that can be checked before a message arrives: every field
+exists, every operator applies to its field's kind and its operand has the right type,
+every regex compiles. Each mistake is collected with its path, so a file's errors are
+all reported at once. The predicates then do no parsing and no type dispatch of their
+own beyond the one type test that keeps `True` from equalling `1`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from daemon.rules.fields import FIELDS, Kind
+from daemon.rules.yamlfile import Loc, shown
+
+Facts = Mapping[str, Any]
+Predicate = Callable[[Facts], bool]
+ValueTest = Callable[[Any], bool]
+
+MISSING: Any = object()  # what a value test sees for a field the message lacks
+_NUMBER_TYPES = (int, float)
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP token (RFC 9110)
+_COMBINATORS = ("all", "any", "not")
+
+OPERATORS: Mapping[Kind, tuple[str, ...]] = {
+    Kind.TEXT: ("equals", "in", "notIn", "prefix", "suffix", "contains", "regex", "exists"),
+    Kind.NUMBER: ("equals", "in", "notIn", "gt", "gte", "lt", "lte", "exists"),
+    Kind.BOOLEAN: ("equals", "exists"),
+    Kind.LIST: ("any", "all", "exists"),
+}
+ALL_OPERATORS = tuple(dict.fromkeys(op for ops in OPERATORS.values() for op in ops))
+
+
+def always(facts: Facts) -> bool:
+    return True
+
+
+def never(facts: Facts) -> bool:
+    return False
+
+
+def compile_match(spec: Any, loc: Loc) -> tuple[Predicate, list[tuple[Loc, str]]]:
+    """The predicate for a `match` mapping, and every problem found in it."""
+    compiler = _Compiler()
+    predicate = compiler.match(spec, loc)
+    return predicate, compiler.problems
+
+
+class _Compiler:
+    def __init__(self) -> None:
+        self.problems: list[tuple[Loc, str]] = []
+
+    def error(self, loc: Loc, message: str) -> Predicate:
+        self.problems.append((loc, message))
+        return never
+
+    def match(self, spec: Any, loc: Loc) -> Predicate:
+        """A condition set: every entry must hold; `{}` holds for every message."""
+        if not isinstance(spec, dict):
+            return self.error(
+                loc,
+                f"must be a mapping of field to condition, e.g. {{responseStatus: 503}}; "
+                f"got {shown(spec)}",
+            )
+        parts = []
+        for key, value in spec.items():
+            here = (*loc, key)
+            if key in ("all", "any"):
+                parts.append(self.combination(key, value, here))
+            elif key == "not":
+                parts.append(_negated(self.match(value, here)))
+            elif FIELDS.get(key) is Kind.HEADERS:
+                parts.append(self.headers(key, value, here))
+            elif key in FIELDS:
+                parts.append(self.field(key, value, here))
+            else:
+                guess = difflib.get_close_matches(str(key), [*FIELDS, *_COMBINATORS], n=1)
+                hint = f"did you mean {guess[0]!r}?" if guess else "see PRODUCT.md 4.1"
+                parts.append(self.error(here, f"unknown field {key!r}; {hint}"))
+        return all_of(parts)
+
+    def combination(self, key: str, spec: Any, loc: Loc) -> Predicate:
+        if not isinstance(spec, list) or not spec:
+            return self.error(loc, f"must be a non-empty list of condition sets; got {shown(spec)}")
+        parts = [self.match(item, (*loc, index)) for index, item in enumerate(spec)]
+        return all_of(parts) if key == "all" else any_of(parts)
+
+    def field(self, name: str, spec: Any, loc: Loc) -> Predicate:
+        test = self.value_test(name, FIELDS[name], spec, loc)
+        return lambda facts: test(facts.get(name, MISSING))
+
+    def headers(self, name: str, spec: Any, loc: Loc) -> Predicate:
+        """`header: {Name: condition}`: true when any value of that header satisfies it."""
+        if not isinstance(spec, dict) or not spec:
+            return self.error(
+                loc,
+                "must be a mapping of header name to condition, e.g. "
+                f"{{Content-Type: {{prefix: application/json}}}}; got {shown(spec)}",
+            )
+        parts = []
+        for header, condition in spec.items():
+            here = (*loc, header)
+            if not isinstance(header, str) or not _HEADER_NAME.match(header):
+                parts.append(self.error(here, f"not a header name: {header!r}"))
+                continue
+            test = self.value_test(f"header {header}", Kind.TEXT, condition, here)
+            parts.append(_header_test(name, header.lower(), test))
+        return all_of(parts)
+
+    def value_test(self, name: str, kind: Kind, spec: Any, loc: Loc) -> ValueTest:
+        """The test of one field's value: a scalar means equals, a mapping ANDs operators."""
+        if isinstance(spec, list):
+            self.error(
+                loc,
+                "a list is ambiguous here: use in: [...] for one of several "
+                "values, or any/all: [...] on a list field",
+            )
+            return _none_pass
+        if spec is None or spec == {}:
+            self.error(
+                loc,
+                f"an empty condition; to match a missing field use "
+                f"{{exists: false}}; got {shown(spec)}",
+            )
+            return _none_pass
+        if not isinstance(spec, dict):
+            return self.operator("equals", spec, name, kind, loc)
+        tests = [self.operator(op, operand, name, kind, (*loc, op)) for op, operand in spec.items()]
+        if len(tests) == 1:
+            return tests[0]
+        return lambda value: all(test(value) for test in tests)
+
+    def operator(self, op: str, operand: Any, name: str, kind: Kind, loc: Loc) -> ValueTest:
+        if op not in ALL_OPERATORS:
+            guess = difflib.get_close_matches(str(op), ALL_OPERATORS, n=1)
+            hint = f"did you mean {guess[0]!r}? " if guess else ""
+            self.error(
+                loc, f"unknown operator {op!r}; {hint}{name} takes {_either(OPERATORS[kind])}"
+            )
+            return _none_pass
+        if op not in OPERATORS[kind]:
+            self.error(
+                loc,
+                f"{op} does not apply to {name}, {kind.article} field; it takes "
+                f"{_either(OPERATORS[kind])}",
+            )
+            return _none_pass
+        try:
+            return _OPERATOR_BUILDERS[op](operand, kind)
+        except _BadOperand as exc:
+            self.error(loc, f"{name} is {kind.article} field: {exc}")
+            return _none_pass
+
+
+def all_of(parts: Sequence[Predicate]) -> Predicate:
+    if not parts:
+        return always
+    if len(parts) == 1:
+        return parts[0]
+    if len(parts) == 2:
+        first, second = parts
+        return lambda facts: first(facts) and second(facts)
+    return lambda facts: all(part(facts) for part in parts)
+
+
+def any_of(parts: Sequence[Predicate]) -> Predicate:
+    if len(parts) == 1:
+        return parts[0]
+    return lambda facts: any(part(facts) for part in parts)
+
+
+def _negated(inner: Predicate) -> Predicate:
+    return lambda facts: not inner(facts)
+
+
+def _none_pass(value: Any) -> bool:
+    return False  # stands in for a test that did not compile; the file is refused anyway
+
+
+def _header_test(field: str, header: str, test: ValueTest) -> Predicate:
+    def holds(facts: Facts) -> bool:
+        values = facts.get(field, {}).get(header)
+        if not values:
+            return test(MISSING)
+        return any(test(value) for value in values)
+
+    return holds
+
+
+def _either(words: Sequence[str]) -> str:
+    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
+
+
+# Operand checks and value tests, one builder per operator.
+
+
+class _BadOperand(ValueError):
+    pass
+
+
+def _scalar(operand: Any, kind: Kind) -> Any:
+    """An operand of the field's own type."""
+    fits = {
+        Kind.TEXT: isinstance(operand, str),
+        Kind.NUMBER: isinstance(operand, _NUMBER_TYPES) and not isinstance(operand, bool),
+        Kind.BOOLEAN: isinstance(operand, bool),
+    }
+    if not fits.get(kind, False):
+        raise _BadOperand(f"compare it with {_OPERAND_WORDS[kind]}; got {shown(operand)}")
+    return operand
+
+
+_OPERAND_WORDS = {Kind.TEXT: "a string", Kind.NUMBER: "a number", Kind.BOOLEAN: "true or false"}
+
+
+def _scalars(operand: Any, kind: Kind) -> frozenset[Any]:
+    if not isinstance(operand, list) or not operand:
+        raise _BadOperand(f"give a non-empty list, e.g. [a, b]; got {shown(operand)}")
+    return frozenset(_scalar(item, Kind.TEXT if kind is Kind.LIST else kind) for item in operand)
+
+
+def _type_of(kind: Kind) -> Callable[[Any], bool]:
+    if kind is Kind.NUMBER:
+        return lambda value: type(value) in _NUMBER_TYPES
+    wanted = {Kind.TEXT: str, Kind.BOOLEAN: bool}[kind]
+    return lambda value: type(value) is wanted
+
+
+def _equals(operand: Any, kind: Kind) -> ValueTest:
+    expected = _scalar(operand, kind)
+    is_kind = _type_of(kind)
+    return lambda value: is_kind(value) and value == expected
+
+
+def _in(operand: Any, kind: Kind) -> ValueTest:
+    expected = _scalars(operand, kind)
+    is_kind = _type_of(kind)
+    return lambda value: is_kind(value) and value in expected
+
+
+def _not_in(operand: Any, kind: Kind) -> ValueTest:
+    inside = _in(operand, kind)
+    return lambda value: not inside(value)
+
+
+def _text(operand: Any) -> str:
+    if not isinstance(operand, str):
+        raise _BadOperand(f"give a string; got {shown(operand)}")
+    return operand
+
+
+def _prefix(operand: Any, kind: Kind) -> ValueTest:
+    text = _text(operand)
+    return lambda value: type(value) is str and value.startswith(text)
+
+
+def _suffix(operand: Any, kind: Kind) -> ValueTest:
+    text = _text(operand)
+    return lambda value: type(value) is str and value.endswith(text)
+
+
+def _contains(operand: Any, kind: Kind) -> ValueTest:
+    text = _text(operand)
+    return lambda value: type(value) is str and text in value
+
+
+def _regex(operand: Any, kind: Kind) -> ValueTest:
+    try:
+        pattern = re.compile(_text(operand))
+    except re.error as exc:
+        raise _BadOperand(f"not a valid regular expression: {exc}") from None
+    # Anchored, like Prometheus: a pattern that matches only a part of the value would
+    # recover more than its author meant. `.*billing.*` says "contains".
+    return lambda value: type(value) is str and pattern.fullmatch(value) is not None
+
+
+def _comparison(compare: Callable[[Any, Any], bool]) -> Callable[[Any, Kind], ValueTest]:
+    def build(operand: Any, kind: Kind) -> ValueTest:
+        bound = _scalar(operand, Kind.NUMBER)
+        return lambda value: type(value) in _NUMBER_TYPES and compare(value, bound)
+
+    return build
+
+
+def _exists(operand: Any, kind: Kind) -> ValueTest:
+    if not isinstance(operand, bool):
+        raise _BadOperand(f"exists takes true or false; got {shown(operand)}")
+    if operand:
+        return lambda value: value is not MISSING
+    return lambda value: value is MISSING
+
+
+def _any(operand: Any, kind: Kind) -> ValueTest:
+    wanted = _scalars(operand, kind)
+    return lambda value: (
+        type(value) in (list, tuple) and any(type(item) is str and item in wanted for item in value)
+    )
+
+
+def _all(operand: Any, kind: Kind) -> ValueTest:
+    wanted = _scalars(operand, kind)
+    return lambda value: (
+        type(value) in (list, tuple)
+        and wanted.issubset(item for item in value if type(item) is str)
+    )
+
+
+_OPERATOR_BUILDERS: Mapping[str, Callable[[Any, Kind], ValueTest]] = {
+    "equals": _equals,
+    "in": _in,
+    "notIn": _not_in,
+    "prefix": _prefix,
+    "suffix": _suffix,
+    "contains": _contains,
+    "regex": _regex,
+    "gt": _comparison(lambda value, bound: value > bound),
+    "gte": _comparison(lambda value, bound: value >= bound),
+    "lt": _comparison(lambda value, bound: value < bound),
+    "lte": _comparison(lambda value, bound: value <= bound),
+    "exists": _exists,
+    "any": _any,
+    "all": _all,
+}

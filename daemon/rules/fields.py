@@ -1,0 +1,101 @@
+"""The fields a condition can test (PRODUCT.md 4.1), and a message's values for them.
+
+A message becomes its *facts* once, before any rule looks at it: the DLQ message's own
+fields, the derived ones, and header maps keyed by lower-case name. A field that is
+absent, null, "" or empty is left out of the facts, so "missing" is decided here, once.
+Values are kept as the service sent them: a field of an unexpected type is not coerced,
+it simply satisfies no operator that needs the right type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+
+class Kind(Enum):
+    """What a field holds, which decides the operators it takes."""
+
+    TEXT = "text"
+    NUMBER = "number"
+    BOOLEAN = "boolean"
+    LIST = "list"  # of text
+    HEADERS = "headers"  # header name -> list of text
+
+    @property
+    def article(self) -> str:
+        return {"text": "a text", "list": "a list", "headers": "a header"}.get(
+            self.value, f"a {self.value}"
+        )
+
+
+_TEXT = (
+    "messageId topicName endpointName url method body bodyBase64 callback failureCallback "
+    "scheduleId callerIP dlqId queueName responseBody responseBodyBase64 label "
+    "workflowRunId flowControlKey"
+)
+FIELDS: Mapping[str, Kind] = {
+    **dict.fromkeys(_TEXT.split(), Kind.TEXT),
+    **dict.fromkeys(("maxRetries", "notBefore", "createdAt", "responseStatus"), Kind.NUMBER),
+    "workflow": Kind.BOOLEAN,
+    "labels": Kind.LIST,
+    "header": Kind.HEADERS,
+    "responseHeader": Kind.HEADERS,
+}
+
+
+def facts(message: Mapping[str, Any], header_prefix: str = "Service") -> dict[str, Any]:
+    """The values rules test for `message`, a DLQ message as JSON (spec 2.1)."""
+    found = {name: value for name, value in message.items() if name in FIELDS and _present(value)}
+    for name in ("header", "responseHeader"):
+        headers = _header_map(message.get(name))
+        found.pop(name, None)
+        if headers:
+            found[name] = headers
+    headers = found.get("header", {})
+    prefix = header_prefix.lower()
+    derived = {
+        "workflowRunId": _first(headers.get(f"{prefix}-workflow-runid")),
+        "flowControlKey": _first(headers.get(f"{prefix}-flow-control-key")),
+        "labels": _labels(message, headers.get(f"{prefix}-label", ())),
+    }
+    # The message's own fields win: the real service sends them when they apply.
+    for name, value in derived.items():
+        if name not in found and value:
+            found[name] = value
+    found["workflow"] = "workflowRunId" in found
+    return found
+
+
+def _present(value: Any) -> bool:
+    return value is not None and value != "" and value != [] and value != {}
+
+
+def _header_map(value: Any) -> dict[str, tuple[str, ...]]:
+    """Header name (lower case) -> its text values; one string counts as a list of one."""
+    if not isinstance(value, Mapping):
+        return {}
+    headers: dict[str, tuple[str, ...]] = {}
+    for name, values in value.items():
+        listed = [values] if isinstance(values, str) else values
+        if isinstance(name, str) and isinstance(listed, list | tuple):
+            kept = tuple(v for v in listed if isinstance(v, str))
+            if kept:
+                headers[name.lower()] = headers.get(name.lower(), ()) + kept
+    return headers
+
+
+def _first(values: tuple[str, ...] | None) -> str | None:
+    return values[0] if values else None
+
+
+def _labels(message: Mapping[str, Any], header_values: tuple[str, ...]) -> tuple[str, ...]:
+    """`labels` from the message's list, else its `label`, else `<Prefix>-Label`; each of
+    the latter two may be comma-separated."""
+    listed = message.get("labels")
+    if isinstance(listed, list | tuple) and listed:
+        return tuple(label for label in listed if isinstance(label, str))
+    label = message.get("label")
+    joined = (label,) if isinstance(label, str) and label else header_values
+    return tuple(part.strip() for value in joined for part in value.split(",") if part.strip())

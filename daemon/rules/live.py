@@ -1,0 +1,75 @@
+"""The rules in force in a running daemon, replaced whole by a reload that succeeds.
+
+Like Alertmanager's reloader: the new file is read, checked and compiled completely
+before it replaces anything, so an invalid file changes nothing; its problems go back
+to whoever asked for the reload (`POST /-/reload`, SIGHUP) and to the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from daemon.metrics import Metrics
+from daemon.rules.ruleset import Ruleset, load_rules
+from daemon.rules.yamlfile import FileError, Unreadable
+
+log = structlog.get_logger(__name__)
+
+
+class LiveRules:
+    def __init__(
+        self, path: Path, metrics: Metrics, *, wall_clock: Callable[[], float] = time.time
+    ) -> None:
+        """Load the rules at `path` now; FileError or Unreadable if they cannot be used."""
+        self._path = path
+        self._metrics = metrics
+        self._wall_clock = wall_clock
+        self._lock = asyncio.Lock()  # one reload at a time: the last one asked for wins
+        self._current = load_rules(path)
+        self._swap(self._current)
+
+    @property
+    def current(self) -> Ruleset:
+        """The rules deciding now. Read it once per decision: a reload may swap it."""
+        return self._current
+
+    async def reload(self) -> Ruleset:
+        """Load the file again and put it in force; on FileError or Unreadable the
+        running rules stay."""
+        async with self._lock:
+            ruleset = await asyncio.to_thread(self._checked, lambda: load_rules(self._path))
+            previous, self._current = self._current, ruleset
+            self._swap(ruleset, previous)
+            log.info(
+                "rules reloaded",
+                path=str(self._path),
+                sha256=ruleset.digest,
+                changed=ruleset.digest != previous.digest,
+            )
+            return ruleset
+
+    def _checked(self, load: Callable[[], Ruleset]) -> Ruleset:
+        try:
+            return load()
+        except (FileError, Unreadable) as exc:
+            self._metrics.rules_reloads["failure"].inc()
+            self._metrics.rules_last_reload_successful.set(0)
+            problems = str(exc).splitlines()
+            log.error(
+                "rules refused; the running rules stay", path=str(self._path), problems=problems
+            )
+            raise
+
+    def _swap(self, ruleset: Ruleset, previous: Ruleset | None = None) -> None:
+        metrics = self._metrics
+        metrics.rules_reloads["success"].inc()
+        metrics.rules_last_reload_successful.set(1)
+        metrics.rules_last_reload_success.set(self._wall_clock())
+        if previous is not None:
+            metrics.rules_info.remove(previous.digest, str(len(previous.rules)))
+        metrics.rules_info.labels(ruleset.digest, str(len(ruleset.rules))).set(1)

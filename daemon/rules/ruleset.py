@@ -1,0 +1,192 @@
+"""A rules file loaded, checked as a whole and compiled; and the decision it makes.
+
+Loading reads the file once, reports every mistake in it (FileError) or returns a frozen
+Ruleset whose conditions are compiled predicates. Deciding is pure: facts in, the
+matching rules out, first match winning unless a rule says `continue`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from daemon.rules.conditions import Facts, Predicate, compile_match
+from daemon.rules.model import (
+    ACTION_KEYS,
+    ACTION_NEEDS,
+    RECOVERIES,
+    Action,
+    Batch,
+    RulesFile,
+    RuleSpec,
+    SweepSpec,
+    known_keys,
+)
+from daemon.rules.yamlfile import Document, FileError, Loc, Problem, parse_document, read_document
+
+DEFAULT_BATCH = (50, 5.0)  # maxSize, maxWait in seconds, when neither rule nor defaults say
+_COMMON_KEYS = frozenset({"name", "match", "action", "dryRun", "continue"})
+_KEYS = known_keys()
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    max_size: int
+    max_wait: float  # seconds after a batch's first dlqId
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """A rule ready to decide: its validated spec and its compiled condition."""
+
+    spec: RuleSpec
+    matches: Predicate
+    batch: BatchPolicy | None  # resume and restart only
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def action(self) -> Action:
+        return self.spec.action
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The rules a message matched, in order; the last one ended the evaluation."""
+
+    matched: tuple[Rule, ...]
+
+    @property
+    def rule(self) -> Rule | None:
+        return self.matched[-1] if self.matched else None
+
+
+@dataclass(frozen=True, eq=False)
+class Ruleset:
+    rules: tuple[Rule, ...]
+    sweeps: tuple[SweepSpec, ...]
+    dry_run: bool  # defaults.dryRun
+    digest: str  # sha256 of the file's bytes, to tell versions apart
+    source: str
+
+    def decide(self, facts: Facts) -> Decision:
+        matched = []
+        for rule in self.rules:
+            if rule.matches(facts):
+                matched.append(rule)
+                if not rule.spec.continue_:
+                    break
+        return Decision(tuple(matched))
+
+    def rule(self, name: str) -> Rule | None:
+        return next((rule for rule in self.rules if rule.name == name), None)
+
+
+def load_rules(path: Path, name: str | None = None) -> Ruleset:
+    """The rules file at `path`; Unreadable, or FileError with every mistake in it."""
+    return compile_rules(read_document(path, name))
+
+
+def parse_rules(text: str, file: str = "rules.yaml") -> Ruleset:
+    return compile_rules(parse_document(text, file))
+
+
+def compile_rules(document: Document) -> Ruleset:
+    found: list[tuple[Loc, str]] = []
+    raw_rules = _items(document.data, "rules")
+    predicates: dict[int, Predicate] = {}
+    for index, rule in raw_rules:
+        if "match" in rule:
+            predicates[index], mistakes = compile_match(rule["match"], ("rules", index, "match"))
+            found += mistakes
+        found += _action_problems(index, rule)
+    found += _duplicate_names(raw_rules, "rules")
+    found += _duplicate_names(_items(document.data, "sweeps"), "sweeps")
+    problems: list[Problem] = document.problems(found)
+    spec: RulesFile | None = None
+    try:
+        text = json.dumps(document.data, default=str)
+        spec = RulesFile.model_validate_json(text, strict=True, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        problems += document.from_validation(exc, _KEYS)
+    if problems or spec is None:
+        raise FileError(sorted(set(problems)))
+    default_batch = spec.defaults.batch or Batch()
+    rules = tuple(
+        Rule(
+            spec=rule,
+            matches=predicates[index],
+            batch=_batch(rule.batch, default_batch) if rule.action in RECOVERIES else None,
+        )
+        for index, rule in enumerate(spec.rules)
+    )
+    return Ruleset(
+        rules=rules,
+        sweeps=spec.sweeps,
+        dry_run=spec.defaults.dry_run,
+        digest=hashlib.sha256(document.text.encode()).hexdigest(),
+        source=document.file,
+    )
+
+
+def _items(data: Any, key: str) -> list[tuple[int, dict[str, Any]]]:
+    """The mappings of the list under `key`, with their indexes; the rest is for pydantic
+    to report."""
+    listed = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(listed, list):
+        return []
+    return [(index, item) for index, item in enumerate(listed) if isinstance(item, dict)]
+
+
+def _action_problems(index: int, rule: Mapping[str, Any]) -> Iterator[tuple[Loc, str]]:
+    """Keys the rule's action does not take, and the ones it needs but lacks."""
+    action = rule.get("action")
+    if not isinstance(action, str) or action not in ACTION_KEYS:
+        return  # pydantic names the valid actions
+    takes = ACTION_KEYS[action]
+    for key in rule:
+        if key not in _COMMON_KEYS and key not in takes and key in _KEYS:
+            users = sorted(name for name, keys in ACTION_KEYS.items() if key in keys)
+            yield (
+                ("rules", index, key),
+                f"{key} applies to {' and '.join(users)} rules, not to {action}",
+            )
+    for key in sorted(ACTION_NEEDS.get(action, frozenset()) - set(rule)):
+        yield ("rules", index, key), f"is required for a {action} rule"
+
+
+def _duplicate_names(
+    items: list[tuple[int, dict[str, Any]]], section: str
+) -> Iterator[tuple[Loc, str]]:
+    first: dict[str, int] = {}
+    for index, item in items:
+        name = item.get("name")
+        if not isinstance(name, str):
+            continue
+        if name in first:
+            yield (
+                (section, index, "name"),
+                f"{name!r} is already the name of {section}[{first[name]}]; names must be unique",
+            )
+        else:
+            first[name] = index
+
+
+def _batch(batch: Batch | None, defaults: Batch) -> BatchPolicy:
+    batch = batch or Batch()
+    return BatchPolicy(
+        max_size=batch.max_size or defaults.max_size or DEFAULT_BATCH[0],
+        max_wait=_first_set(batch.max_wait, defaults.max_wait, DEFAULT_BATCH[1]),
+    )
+
+
+def _first_set(*values: float | None) -> float:
+    return next(value for value in values if value is not None)

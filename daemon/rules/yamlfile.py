@@ -1,0 +1,211 @@
+"""YAML files read with their positions, and errors that point back into them.
+
+Every mistake in a rules or rule-test file is reported as `PATH:LINE:COL: yaml.path:
+message` (PRODUCT.md 4.3), all of them at once. Validation works on plain Python values;
+the parsed document is kept beside them only to turn a path into a line and a column.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One mistake, at a 1-based line and column."""
+
+    file: str
+    line: int
+    column: int
+    path: str  # `rules[2].overrides.delay`; `<document>` for the file as a whole
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: {self.path}: {self.message}"
+
+
+class FileError(Exception):
+    """A file that cannot be used, with every problem found in it."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        super().__init__("\n".join(map(str, problems)))
+        self.problems = tuple(problems)
+
+
+class Unreadable(Exception):
+    """The file could not be read at all (missing, a directory, not UTF-8)."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """A parsed YAML file: `data` as plain values, and where each of them stands."""
+
+    file: str
+    text: str
+    data: Any
+    _tree: Any
+
+    def problem(self, loc: Loc, message: str, *, at_key: bool = False) -> Problem:
+        """A Problem at `loc`; `at_key` points at a mapping key rather than its value."""
+        line, column = _position(self._tree, loc, at_key)
+        return Problem(self.file, line + 1, column + 1, yaml_path(loc), message)
+
+    def problems(self, found: Iterable[tuple[Loc, str]]) -> list[Problem]:
+        return [self.problem(loc, message) for loc, message in found]
+
+    def from_validation(self, error: ValidationError, known_keys: Iterable[str]) -> list[Problem]:
+        """pydantic's errors in words a user understands, at the lines they are about."""
+        problems = []
+        for item in error.errors(include_url=False):
+            loc = _document_loc(self._tree, item["loc"])
+            kind = item["type"]
+            if kind == "extra_forbidden":
+                problems.append(self.problem(loc, unknown_key(loc[-1], known_keys), at_key=True))
+            else:
+                problems.append(self.problem(loc, _message(kind, item)))
+        return problems
+
+
+def read_document(path: Path, name: str | None = None) -> Document:
+    """Parse the YAML file at `path`; FileError for bad YAML, Unreadable for no file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise Unreadable(f"{path}: cannot read: {reason}") from None
+    return parse_document(text, name or str(path))
+
+
+def parse_document(text: str, file: str) -> Document:
+    yaml = YAML(typ="rt", pure=True)
+    try:
+        tree = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, column = (mark.line, mark.column) if mark else (0, 0)
+        reason = exc.problem or exc.context or "not valid YAML"
+        problem = Problem(file, line + 1, column + 1, "<document>", f"not valid YAML: {reason}")
+        raise FileError([problem]) from None
+    except YAMLError as exc:  # several documents, and other errors without a position
+        raise FileError([Problem(file, 1, 1, "<document>", f"not valid YAML: {exc}")]) from None
+    return Document(file, text, plain(tree), tree)
+
+
+def plain(node: Any) -> Any:
+    """ruamel's round-trip values as the builtin types they stand for."""
+    if isinstance(node, dict):
+        return {plain(key): plain(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [plain(item) for item in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    for builtin in (int, float, str):
+        if isinstance(node, builtin):
+            return builtin(node)
+    return node  # dates and the like: validation says what was expected instead
+
+
+def yaml_path(loc: Loc) -> str:
+    """`("rules", 2, "match", "url")` as `rules[2].match.url`."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "<document>"
+
+
+def unknown_key(key: object, known_keys: Iterable[str]) -> str:
+    guess = difflib.get_close_matches(str(key), list(known_keys), n=1)
+    hint = f"; did you mean {guess[0]!r}?" if guess else ""
+    return f"unknown key {key!r}{hint}"
+
+
+def shown(value: Any) -> str:
+    """A value as the user wrote it, for an error message."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _position(tree: Any, loc: Loc, at_key: bool) -> tuple[int, int]:
+    """The line and column (0-based) of the deepest node of `loc` that exists."""
+    node, line, column = tree, 0, 0
+    if isinstance(tree, CommentedMap | CommentedSeq):
+        line, column = tree.lc.line, tree.lc.col
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if isinstance(node, CommentedMap) and part in node:
+            line, column = node.lc.key(part) if last and at_key else node.lc.value(part)
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
+            line, column = node.lc.item(part)
+        else:
+            break
+        node = node[part]
+    return line, column
+
+
+def _document_loc(tree: Any, loc: Sequence[str | int]) -> Loc:
+    """pydantic's location, less the parts that name no YAML node (union members and
+    validator names below a scalar)."""
+    kept: list[str | int] = []
+    node = tree
+    for part in loc:
+        if isinstance(node, CommentedMap):
+            kept.append(part)
+            node = node.get(part)  # None for a missing or unknown key: nothing deeper exists
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
+            kept.append(part)
+            node = node[part]
+    return tuple(kept)
+
+
+_WORDS = {
+    "missing": "is required",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "too_short": "must not be empty",
+}
+
+
+def _message(kind: str, item: Any) -> str:
+    context = item.get("ctx") or {}
+    value = item.get("input")
+    if kind == "value_error":
+        return str(context.get("error", item["msg"]))
+    if kind == "missing":
+        return "is required"
+    if kind == "literal_error":
+        return f"must be one of {context['expected']}; got {shown(value)}"
+    for bound, words in (("ge", "at least"), ("gt", "more than"), ("le", "at most")):
+        if bound in context:
+            return f"must be {words} {context[bound]}; got {shown(value)}"
+    if kind in _WORDS:
+        return f"{_WORDS[kind]}; got {shown(value)}"
+    return f"{item['msg']}; got {shown(value)}"
