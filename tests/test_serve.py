@@ -245,3 +245,59 @@ def _threaded(coroutine: Coroutine[Any, Any, None]) -> threading.Thread:
     thread = threading.Thread(target=asyncio.run, args=(coroutine,))
     thread.start()
     return thread
+
+
+def test_rules_with_a_mistake_stop_the_start_with_every_problem(tmp_path: Path) -> None:
+    """Exit 1, naming RECOVERYD_RULES, then each problem as PATH:LINE:COL: path: message."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 2\nrules:\n  - name: a\n    match: {}\n    action: restrat\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon", "serve"],
+        env=_environ(tmp_path, RULES=str(rules)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "Error: RECOVERYD_RULES: the rules file has problems:",
+        f"{rules}:1:10: version: must be one of 1; got 2",
+        f"{rules}:5:13: rules[0].action: must be one of 'resume', 'restart', "
+        "'remove-endpoint', 'notify' or 'ignore'; got 'restrat'",
+    ]
+
+
+def _rules_sha(served: Served) -> str:
+    metrics = httpx.get(f"{served.admin_url}/metrics").text
+    (line,) = (line for line in metrics.splitlines() if line.startswith("recoveryd_rules_info{"))
+    return line.split('sha256="')[1].split('"')[0]
+
+
+def test_sighup_reloads_the_rules_and_refuses_a_broken_file(tmp_path: Path) -> None:
+    """SIGHUP puts a changed file in force; a broken one is logged and changes nothing."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nrules: []\n")
+    with serving(tmp_path, RULES=str(rules), LOG_FORMAT="console") as served:
+        first = _rules_sha(served)
+        rules.write_text("version: 1\nrules:\n  - {name: all, match: {}, action: ignore}\n")
+        served.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while _rules_sha(served) == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = _rules_sha(served)
+        assert second != first
+
+        rules.write_text("version: 1\nrules: [{name: x}]\n")
+        served.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        metrics = ""
+        while "recoveryd_rules_last_reload_successful 0.0" not in metrics:
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.05)
+            metrics = httpx.get(f"{served.admin_url}/metrics").text
+        assert _rules_sha(served) == second
+        status, logs = served.stop()
+    assert status == 0
+    assert "rules refused; the running rules stay" in logs
+    assert "rules[0].match: is required" in logs

@@ -1,0 +1,119 @@
+"""Hot reload on a running daemon: a valid file decides the next callback, an invalid one
+changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from daemon.emulator import create_app
+from daemon.serving import serve
+from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd, workflows
+
+RULES = """\
+version: 1
+rules:
+  - name: {name}
+    match: {{workflow: true}}
+    action: {action}
+"""
+
+
+def write_rules(path: Path, name: str, action: str = "resume") -> None:
+    path.write_text(RULES.format(name=name, action=action))
+
+
+async def decided_by(recoveryd: Recoveryd, dlq_id: str) -> tuple[str, str]:
+    """Send the callback of `dlq_id` and wait for its decision: (rule, action)."""
+    before = decisions(recoveryd)
+    response = await recoveryd.post(callback_json(dlq_id, "failure-callback-workflow.json"))
+    assert response.json()["status"] == "accepted"
+    async with asyncio.timeout(10):
+        while True:
+            for key, count in decisions(recoveryd).items():
+                if count > before.get(key, 0.0):
+                    return key
+            await asyncio.sleep(0.01)
+
+
+def decisions(recoveryd: Recoveryd) -> dict[tuple[str, str], float]:
+    """recoveryd_decisions_total by (rule, action)."""
+    return {
+        (sample.labels["rule"], sample.labels["action"]): sample.value
+        for metric in recoveryd.registry.collect()
+        if metric.name == "recoveryd_decisions"
+        for sample in metric.samples
+        if sample.name == "recoveryd_decisions_total"
+    }
+
+
+async def seed(service_url: str, count: int) -> list[str]:
+    """Workflow entries in the emulator's DLQ; their dlqIds."""
+    async with httpx.AsyncClient(base_url=service_url) as control:
+        response = await control.post("/_emulator/dlq", json={"messages": workflows(count)})
+        response.raise_for_status()
+        ids: list[str] = response.json()["dlqIds"]
+        return ids
+
+
+async def test_a_valid_change_decides_the_next_callback(tmp_path: Path) -> None:
+    """After POST /-/reload with a new file, the next callback is decided by the new rule."""
+    rules = tmp_path / "rules.yaml"
+    write_rules(rules, "first")
+    async with (
+        serve(create_app(emulator_config())) as service_url,
+        running_recoveryd(tmp_path, SERVICE_URL=service_url, RULES=str(rules)) as recoveryd,
+    ):
+        one, two = await seed(service_url, 2)
+        assert await decided_by(recoveryd, one) == ("first", "resume")
+
+        write_rules(rules, "second", action="restart")
+        response = await recoveryd.admin.post("/-/reload")
+        assert response.status_code == 200, response.text
+        assert response.json()["rules"] == 1
+
+        assert await decided_by(recoveryd, two) == ("second", "restart")
+        assert recoveryd.metric("recoveryd_rules_reloads_total", result="success") == 2
+        assert recoveryd.metric("recoveryd_rules_last_reload_successful") == 1
+
+
+async def test_an_invalid_file_is_refused_and_the_old_rules_keep_deciding(
+    tmp_path: Path,
+) -> None:
+    """A reload of a file with a mistake answers 400 with the problem, and changes nothing."""
+    rules = tmp_path / "rules.yaml"
+    write_rules(rules, "first")
+    async with (
+        serve(create_app(emulator_config())) as service_url,
+        running_recoveryd(tmp_path, SERVICE_URL=service_url, RULES=str(rules)) as recoveryd,
+    ):
+        (dlq_id,) = await seed(service_url, 1)
+        digest = recoveryd.daemon.rules.current.digest
+        rules.write_text(RULES.format(name="second", action="restrat"))
+
+        response = await recoveryd.admin.post("/-/reload")
+
+        assert response.status_code == 400
+        assert response.json()["problems"] == [
+            f"{rules}:5:13: rules[0].action: must be one of 'resume', 'restart', "
+            "'remove-endpoint', 'notify' or 'ignore'; got 'restrat'"
+        ]
+        assert recoveryd.metric("recoveryd_rules_last_reload_successful") == 0
+        assert recoveryd.metric("recoveryd_rules_reloads_total", result="failure") == 1
+        assert recoveryd.metric("recoveryd_rules_info", sha256=digest, rules="1") == 1
+        assert await decided_by(recoveryd, dlq_id) == ("first", "resume")
+
+
+async def test_a_missing_file_is_refused_and_the_old_rules_stay(tmp_path: Path) -> None:
+    """A reload when the file has gone answers 400 saying so; the rules in force stay."""
+    rules = tmp_path / "rules.yaml"
+    write_rules(rules, "first")
+    async with running_recoveryd(tmp_path, RULES=str(rules)) as recoveryd:
+        rules.unlink()
+        response = await recoveryd.admin.post("/-/reload")
+        assert response.status_code == 400
+        assert "cannot read" in response.json()["error"]
+        rule = recoveryd.daemon.rules.current.rule("first")
+        assert rule is not None
