@@ -111,7 +111,10 @@ def recoveryd_server(workdir: Path, store: Path, signing_key: str) -> Iterator[S
     """`recoveryd serve` on a SQLite store at `store`, checking signatures with `signing_key`."""
     port, admin_port = free_port(), free_port()
     settings = {
-        "RECOVERYD_SERVICE_URL": "http://service.invalid",  # ingest never calls it
+        # Nothing answers there: each accepted callback's fetch fails and backs off in the
+        # background, off the ingest path that is measured.
+        "RECOVERYD_SERVICE_URL": "http://service.invalid",
+        "RECOVERYD_RULES": str(Path(__file__).parent.parent / "rules.yaml"),
         "RECOVERYD_TOKEN": "tok_bench",
         "RECOVERYD_SIGNING_KEY_CURRENT": signing_key,
         "RECOVERYD_LISTEN": f"{HOST}:{port}",

@@ -37,13 +37,18 @@ class Decider:
         self._metrics = metrics
         self._workers = workers
         self._queue: asyncio.Queue[str] = asyncio.Queue(capacity)
+        self._full = False
 
     def submit(self, dlq_id: str) -> None:
         """Queue a stored callback's dlqId for a decision."""
         try:
             self._queue.put_nowait(dlq_id)
         except asyncio.QueueFull:
-            log.warning("decision queue full; dlqId left in the store", dlq_id=dlq_id)
+            if not self._full:  # once per episode: a backlog must not flood the log too
+                log.warning("decision queue full; new dlqIds stay in the store undecided")
+            self._full = True
+        else:
+            self._full = False
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Decider]:

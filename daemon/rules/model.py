@@ -208,20 +208,3 @@ class RulesFile(Spec):
     defaults: Defaults = Defaults()
     rules: tuple[RuleSpec, ...]
     sweeps: tuple[SweepSpec, ...] = ()
-
-
-def known_keys(model: type[BaseModel] = RulesFile) -> set[str]:
-    """Every key of the language, for "did you mean" hints."""
-    keys: set[str] = set()
-    for name, field in model.model_fields.items():
-        keys.add(field.alias or name)
-        for kind in _types(field.annotation):
-            if isinstance(kind, type) and issubclass(kind, BaseModel) and kind is not model:
-                keys |= known_keys(kind)
-    return keys
-
-
-def _types(annotation: Any) -> Iterator[Any]:
-    yield annotation
-    for arg in getattr(annotation, "__args__", ()):
-        yield from _types(arg)

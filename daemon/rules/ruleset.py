@@ -8,13 +8,10 @@ matching rules out, first match winning unless a rule says `continue`.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from pydantic import ValidationError
 
 from daemon.rules.conditions import Facts, Predicate, compile_match
 from daemon.rules.model import (
@@ -26,13 +23,18 @@ from daemon.rules.model import (
     RulesFile,
     RuleSpec,
     SweepSpec,
-    known_keys,
 )
-from daemon.rules.yamlfile import Document, FileError, Loc, Problem, parse_document, read_document
+from daemon.rules.yamlfile import (
+    Document,
+    FileError,
+    Loc,
+    parse_document,
+    read_document,
+)
 
 DEFAULT_BATCH = (50, 5.0)  # maxSize, maxWait in seconds, when neither rule nor defaults say
 _COMMON_KEYS = frozenset({"name", "match", "action", "dryRun", "continue"})
-_KEYS = known_keys()
+_RULE_KEYS = frozenset(field.alias or name for name, field in RuleSpec.model_fields.items())
 
 
 @dataclass(frozen=True)
@@ -110,13 +112,8 @@ def compile_rules(document: Document) -> Ruleset:
         found += _action_problems(index, rule)
     found += _duplicate_names(raw_rules, "rules")
     found += _duplicate_names(_items(document.data, "sweeps"), "sweeps")
-    problems: list[Problem] = document.problems(found)
-    spec: RulesFile | None = None
-    try:
-        text = json.dumps(document.data, default=str)
-        spec = RulesFile.model_validate_json(text, strict=True, by_alias=True, by_name=False)
-    except ValidationError as exc:
-        problems += document.from_validation(exc, _KEYS)
+    spec, problems = document.validate(RulesFile)
+    problems += document.problems(found)
     if problems or spec is None:
         raise FileError(sorted(set(problems)))
     default_batch = spec.defaults.batch or Batch()
@@ -153,7 +150,7 @@ def _action_problems(index: int, rule: Mapping[str, Any]) -> Iterator[tuple[Loc,
         return  # pydantic names the valid actions
     takes = ACTION_KEYS[action]
     for key in rule:
-        if key not in _COMMON_KEYS and key not in takes and key in _KEYS:
+        if key not in _COMMON_KEYS and key not in takes and key in _RULE_KEYS:
             users = sorted(name for name, keys in ACTION_KEYS.items() if key in keys)
             yield (
                 ("rules", index, key),

@@ -6,17 +6,16 @@ the rules it tests: expecting a rule that does not exist is a typo, not a failur
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from daemon.rules.explain import call_headers
 from daemon.rules.fields import facts
-from daemon.rules.model import Action, Spec, known_keys
+from daemon.rules.model import Action, Spec
 from daemon.rules.ruleset import Decision, Ruleset
 from daemon.rules.yamlfile import FileError, Loc, read_document
 
@@ -41,9 +40,6 @@ class TestFile(Spec):
     tests: tuple[RuleTest, ...] = Field(min_length=1)
 
 
-_KEYS = known_keys(TestFile)
-
-
 @dataclass(frozen=True)
 class Outcome:
     test: RuleTest
@@ -58,13 +54,7 @@ class Outcome:
 def load_tests(path: Path, ruleset: Ruleset) -> list[tuple[RuleTest, int]]:
     """The tests in `path` with their line numbers; FileError lists every mistake."""
     document = read_document(path)
-    problems = []
-    spec: TestFile | None = None
-    try:
-        text = json.dumps(document.data, default=str)
-        spec = TestFile.model_validate_json(text, strict=True, by_alias=True, by_name=False)
-    except ValidationError as exc:
-        problems += document.from_validation(exc, _KEYS)
+    spec, problems = document.validate(TestFile)
     if spec is not None:
         problems += document.problems(_unknown_rules(spec, ruleset))
     if problems or spec is None:

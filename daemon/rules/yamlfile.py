@@ -8,17 +8,19 @@ the parsed document is kept beside them only to turn a path into a line and a co
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 Loc = tuple[str | int, ...]
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True, order=True)
@@ -64,14 +66,22 @@ class Document:
     def problems(self, found: Iterable[tuple[Loc, str]]) -> list[Problem]:
         return [self.problem(loc, message) for loc, message in found]
 
-    def from_validation(self, error: ValidationError, known_keys: Iterable[str]) -> list[Problem]:
-        """pydantic's errors in words a user understands, at the lines they are about."""
+    def validate(self, model: type[M]) -> tuple[M | None, list[Problem]]:
+        """The document as `model`, strictly (no coercion, camelCase keys only), or None
+        and every problem pydantic found, in words a user understands."""
+        text = json.dumps(self.data, default=str)
+        try:
+            return model.model_validate_json(text, strict=True, by_alias=True, by_name=False), []
+        except ValidationError as exc:
+            return None, self._problems(exc, known_keys(model))
+
+    def _problems(self, error: ValidationError, keys: set[str]) -> list[Problem]:
         problems = []
         for item in error.errors(include_url=False):
             loc = _document_loc(self._tree, item["loc"])
             kind = item["type"]
             if kind == "extra_forbidden":
-                problems.append(self.problem(loc, unknown_key(loc[-1], known_keys), at_key=True))
+                problems.append(self.problem(loc, unknown_key(loc[-1], keys), at_key=True))
             else:
                 problems.append(self.problem(loc, _message(kind, item)))
         return problems
@@ -114,6 +124,23 @@ def plain(node: Any) -> Any:
         if isinstance(node, builtin):
             return builtin(node)
     return node  # dates and the like: validation says what was expected instead
+
+
+def known_keys(model: type[BaseModel]) -> set[str]:
+    """Every key `model` and the models inside it take, for "did you mean" hints."""
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        keys.add(field.alias or name)
+        for kind in _types(field.annotation):
+            if isinstance(kind, type) and issubclass(kind, BaseModel) and kind is not model:
+                keys |= known_keys(kind)
+    return keys
+
+
+def _types(annotation: Any) -> Iterator[Any]:
+    yield annotation
+    for arg in getattr(annotation, "__args__", ()):
+        yield from _types(arg)
 
 
 def yaml_path(loc: Loc) -> str:
