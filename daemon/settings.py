@@ -102,7 +102,7 @@ class Settings(BaseModel):
     @field_validator("HEADER_PREFIX")
     @classmethod
     def _header_word(cls, value: str) -> str:
-        if not _PREFIX_WORD.match(value):
+        if not _PREFIX_WORD.fullmatch(value):
             raise ValueError(f"must be one word of letters, e.g. Service or Upstash; got {value!r}")
         return value
 

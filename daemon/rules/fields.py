@@ -64,7 +64,7 @@ def facts(message: Mapping[str, Any], header_prefix: str = "Service") -> dict[st
     for name, value in derived.items():
         if name not in found and value:
             found[name] = value
-    found["workflow"] = "workflowRunId" in found
+    found["workflow"] = isinstance(found.get("workflowRunId"), str)
     return found
 
 
@@ -73,14 +73,15 @@ def _present(value: Any) -> bool:
 
 
 def _header_map(value: Any) -> dict[str, tuple[str, ...]]:
-    """Header name (lower case) -> its text values; one string counts as a list of one."""
+    """Header name (lower case) -> its text values; one string counts as a list of one,
+    and an empty value is no value, as an empty field is a missing one."""
     if not isinstance(value, Mapping):
         return {}
     headers: dict[str, tuple[str, ...]] = {}
     for name, values in value.items():
         listed = [values] if isinstance(values, str) else values
         if isinstance(name, str) and isinstance(listed, list | tuple):
-            kept = tuple(v for v in listed if isinstance(v, str))
+            kept = tuple(v for v in listed if isinstance(v, str) and v)
             if kept:
                 headers[name.lower()] = headers.get(name.lower(), ()) + kept
     return headers

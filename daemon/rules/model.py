@@ -42,8 +42,7 @@ class Spec(BaseModel):
 def _seconds(value: Any) -> float:
     if not isinstance(value, str):
         raise ValueError(
-            f"must be a duration: a number followed by ms, s, m, h or d, e.g. 30s; "
-            f"got {shown(value)}"
+            f"a duration is a number followed by ms, s, m, h or d, e.g. 30s; got {shown(value)}"
         )
     return parse_duration(value)
 
@@ -55,16 +54,19 @@ def _positive(seconds: float) -> float:
 
 
 def _name(value: str) -> str:
-    if not _NAME.match(value):
+    if not _NAME.fullmatch(value):
         raise ValueError(
             "must be 1-100 letters, digits, '-', '_' or '.', starting with a letter or digit "
-            f"(it names the rule in metrics and logs); got {value!r}"
+            f"(names appear in metrics and logs); got {value!r}"
         )
     return value
 
 
 def _one_or_more(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
+    # A tuple, not a list: validation is strict, and a strict tuple takes only tuples.
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _schedule(value: str) -> str:

@@ -27,7 +27,7 @@ from daemon.rules.model import (
 from daemon.rules.yamlfile import (
     Document,
     FileError,
-    Loc,
+    Mistake,
     parse_document,
     read_document,
 )
@@ -102,7 +102,7 @@ def parse_rules(text: str, file: str = "rules.yaml") -> Ruleset:
 
 
 def compile_rules(document: Document) -> Ruleset:
-    found: list[tuple[Loc, str]] = []
+    found: list[Mistake] = []
     raw_rules = _items(document.data, "rules")
     predicates: dict[int, Predicate] = {}
     for index, rule in raw_rules:
@@ -143,7 +143,7 @@ def _items(data: Any, key: str) -> list[tuple[int, dict[str, Any]]]:
     return [(index, item) for index, item in enumerate(listed) if isinstance(item, dict)]
 
 
-def _action_problems(index: int, rule: Mapping[str, Any]) -> Iterator[tuple[Loc, str]]:
+def _action_problems(index: int, rule: Mapping[str, Any]) -> Iterator[Mistake]:
     """Keys the rule's action does not take, and the ones it needs but lacks."""
     action = rule.get("action")
     if not isinstance(action, str) or action not in ACTION_KEYS:
@@ -152,27 +152,23 @@ def _action_problems(index: int, rule: Mapping[str, Any]) -> Iterator[tuple[Loc,
     for key in rule:
         if key not in _COMMON_KEYS and key not in takes and key in _RULE_KEYS:
             users = sorted(name for name, keys in ACTION_KEYS.items() if key in keys)
-            yield (
-                ("rules", index, key),
-                f"{key} applies to {' and '.join(users)} rules, not to {action}",
-            )
+            message = f"{key} applies to {' and '.join(users)} rules, not to {action}"
+            yield Mistake(("rules", index, key), message, at_key=True)
     for key in sorted(ACTION_NEEDS.get(action, frozenset()) - set(rule)):
-        yield ("rules", index, key), f"is required for a {action} rule"
+        yield Mistake(("rules", index, key), f"is required for a {action} rule")
 
 
-def _duplicate_names(
-    items: list[tuple[int, dict[str, Any]]], section: str
-) -> Iterator[tuple[Loc, str]]:
+def _duplicate_names(items: list[tuple[int, dict[str, Any]]], section: str) -> Iterator[Mistake]:
     first: dict[str, int] = {}
     for index, item in items:
         name = item.get("name")
         if not isinstance(name, str):
             continue
         if name in first:
-            yield (
-                (section, index, "name"),
-                f"{name!r} is already the name of {section}[{first[name]}]; names must be unique",
+            message = (
+                f"{name!r} is already the name of {section}[{first[name]}]; names must be unique"
             )
+            yield Mistake((section, index, "name"), message)
         else:
             first[name] = index
 

@@ -17,7 +17,7 @@ from daemon.rules.explain import call_headers
 from daemon.rules.fields import facts
 from daemon.rules.model import Action, Spec
 from daemon.rules.ruleset import Decision, Ruleset
-from daemon.rules.yamlfile import FileError, Loc, read_document
+from daemon.rules.yamlfile import FileError, Loc, Mistake, read_document
 
 
 class Expect(Spec):
@@ -73,16 +73,17 @@ def run_tests(
     return outcomes
 
 
-def _unknown_rules(spec: TestFile, ruleset: Ruleset) -> Iterator[tuple[Loc, str]]:
+def _unknown_rules(spec: TestFile, ruleset: Ruleset) -> Iterator[Mistake]:
     names = {rule.name for rule in ruleset.rules}
     for index, test in enumerate(spec.tests):
         expect = test.expect
         loc: Loc = ("tests", index, "expect")
         if expect.rule is not None and expect.rule not in names:
-            yield (*loc, "rule"), f"no rule is named {expect.rule!r} in {ruleset.source}"
+            yield Mistake((*loc, "rule"), f"no rule is named {expect.rule!r} in {ruleset.source}")
         for position, name in enumerate(expect.rules or ()):
             if name not in names:
-                yield (*loc, "rules", position), f"no rule is named {name!r} in {ruleset.source}"
+                message = f"no rule is named {name!r} in {ruleset.source}"
+                yield Mistake((*loc, "rules", position), message)
 
 
 def _failures(expect: Expect, decision: Decision, header_prefix: str) -> Iterator[str]:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
@@ -21,6 +21,14 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
+
+
+class Mistake(NamedTuple):
+    """A problem found in the plain values, before it is given a line and a column."""
+
+    loc: Loc
+    message: str
+    at_key: bool = False  # about the key itself (unknown, not allowed here), not its value
 
 
 @dataclass(frozen=True, order=True)
@@ -63,8 +71,8 @@ class Document:
         line, column = _position(self._tree, loc, at_key)
         return Problem(self.file, line + 1, column + 1, yaml_path(loc), message)
 
-    def problems(self, found: Iterable[tuple[Loc, str]]) -> list[Problem]:
-        return [self.problem(loc, message) for loc, message in found]
+    def problems(self, found: Iterable[Mistake]) -> list[Problem]:
+        return [self.problem(loc, message, at_key=at_key) for loc, message, at_key in found]
 
     def validate(self, model: type[M]) -> tuple[M | None, list[Problem]]:
         """The document as `model`, strictly (no coercion, camelCase keys only), or None
@@ -73,14 +81,15 @@ class Document:
         try:
             return model.model_validate_json(text, strict=True, by_alias=True, by_name=False), []
         except ValidationError as exc:
-            return None, self._problems(exc, known_keys(model))
+            return None, self._problems(exc, model)
 
-    def _problems(self, error: ValidationError, keys: set[str]) -> list[Problem]:
+    def _problems(self, error: ValidationError, model: type[BaseModel]) -> list[Problem]:
         problems = []
         for item in error.errors(include_url=False):
             loc = _document_loc(self._tree, item["loc"])
             kind = item["type"]
             if kind == "extra_forbidden":
+                keys = keys_at(model, loc[:-1])
                 problems.append(self.problem(loc, unknown_key(loc[-1], keys), at_key=True))
             else:
                 problems.append(self.problem(loc, _message(kind, item)))
@@ -102,14 +111,24 @@ def parse_document(text: str, file: str) -> Document:
     try:
         tree = yaml.load(text)
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, column = (mark.line, mark.column) if mark else (0, 0)
-        reason = exc.problem or exc.context or "not valid YAML"
-        problem = Problem(file, line + 1, column + 1, "<document>", f"not valid YAML: {reason}")
-        raise FileError([problem]) from None
+        raise FileError([_syntax_problem(file, exc)]) from None
     except YAMLError as exc:  # several documents, and other errors without a position
         raise FileError([Problem(file, 1, 1, "<document>", f"not valid YAML: {exc}")]) from None
     return Document(file, text, plain(tree), tree)
+
+
+def _syntax_problem(file: str, error: MarkedYAMLError) -> Problem:
+    """Where the parser gave up, and what it was reading then (`while parsing a flow
+    mapping` that began at ...), in one message."""
+    mark = error.problem_mark or error.context_mark
+    line, column = (mark.line, mark.column) if mark else (0, 0)
+    reason = error.problem or "not valid YAML"
+    context, started = error.context, error.context_mark
+    if context and started and error.problem_mark and started.line != line:
+        context += f" (from {started.line + 1}:{started.column + 1})"
+    if context:
+        reason = f"{context}, {reason}"
+    return Problem(file, line + 1, column + 1, "<document>", f"not valid YAML: {reason}")
 
 
 def plain(node: Any) -> Any:
@@ -126,21 +145,25 @@ def plain(node: Any) -> Any:
     return node  # dates and the like: validation says what was expected instead
 
 
-def known_keys(model: type[BaseModel]) -> set[str]:
-    """Every key `model` and the models inside it take, for "did you mean" hints."""
-    keys: set[str] = set()
-    for name, field in model.model_fields.items():
-        keys.add(field.alias or name)
-        for kind in _types(field.annotation):
-            if isinstance(kind, type) and issubclass(kind, BaseModel) and kind is not model:
-                keys |= known_keys(kind)
-    return keys
+def keys_at(model: type[BaseModel], loc: Loc) -> list[str]:
+    """The keys the mapping at `loc` takes, for "did you mean" hints: those of the model
+    found by following `loc` down from `model`."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if current is None:
+            return []
+        if isinstance(part, str):
+            fields = current.model_fields.items()
+            annotation = next((f.annotation for n, f in fields if (f.alias or n) == part), None)
+            current = next(_models_in(annotation), None)
+    return [f.alias or n for n, f in current.model_fields.items()] if current else []
 
 
-def _types(annotation: Any) -> Iterator[Any]:
-    yield annotation
+def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
     for arg in getattr(annotation, "__args__", ()):
-        yield from _types(arg)
+        yield from _models_in(arg)
 
 
 def yaml_path(loc: Loc) -> str:
@@ -164,9 +187,9 @@ def shown(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
-        return "a mapping"
+        return "a mapping" if value else "an empty mapping"
     if isinstance(value, list):
-        return "a list"
+        return "a list" if value else "an empty list"
     return repr(value)
 
 
@@ -178,7 +201,9 @@ def _position(tree: Any, loc: Loc, at_key: bool) -> tuple[int, int]:
     for index, part in enumerate(loc):
         last = index == len(loc) - 1
         if isinstance(node, CommentedMap) and part in node:
-            line, column = node.lc.key(part) if last and at_key else node.lc.value(part)
+            # A null has no token of its own: ruamel gives the next one, maybe lines below.
+            on_key = (last and at_key) or node[part] is None
+            line, column = node.lc.key(part) if on_key else node.lc.value(part)
         elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
             line, column = node.lc.item(part)
         else:
@@ -229,7 +254,9 @@ def _message(kind: str, item: Any) -> str:
     if kind == "missing":
         return "is required"
     if kind == "literal_error":
-        return f"must be one of {context['expected']}; got {shown(value)}"
+        expected = context["expected"]
+        words = f"one of {expected}" if " or " in expected else expected
+        return f"must be {words}; got {shown(value)}"
     for bound, words in (("ge", "at least"), ("gt", "more than"), ("le", "at most")):
         if bound in context:
             return f"must be {words} {context[bound]}; got {shown(value)}"

@@ -219,13 +219,13 @@ class _Sent(BaseModel):
 
 
 def _duration(value: str | None) -> str | None:
-    if value is not None and not DURATION.match(value):
+    if value is not None and not DURATION.fullmatch(value):
         raise ValueError(f"must be a number followed by s, m, h or d, e.g. 30s; got {value!r}")
     return value
 
 
 def _header_word(value: str) -> str:
-    if not HEADER_WORD.match(value):
+    if not HEADER_WORD.fullmatch(value):
         raise ValueError(f"must be printable ASCII without spaces (a header value); got {value!r}")
     return value
 
@@ -264,14 +264,16 @@ class Overrides(_Sent):
     @classmethod
     def _labels_are_words(cls, labels: tuple[str, ...]) -> tuple[str, ...]:
         for label in labels:
-            if not LABEL.match(label):
+            if not LABEL.fullmatch(label):
                 raise ValueError(f"a label is letters, digits, '-', '_' or '.'; got {label!r}")
         return labels
 
     @field_validator("retry_delay")
     @classmethod
     def _retry_delay_is_arithmetic(cls, expression: str | None) -> str | None:
-        if expression is not None and not (RETRY_DELAY.match(expression) and expression.strip()):
+        if expression is not None and not (
+            RETRY_DELAY.fullmatch(expression) and expression.strip()
+        ):
             raise ValueError(
                 "must be arithmetic over `retried`, e.g. pow(2, retried) * 1000; "
                 f"got {expression!r}"
