@@ -39,6 +39,7 @@ import httpx
 
 from bench import pyspy
 from bench.loadgen import LoadError, Round, run_round
+from bench.options import positive_int
 from bench.servers import (
     Server,
     ServerError,
@@ -393,23 +394,16 @@ def report_exit(recoveryd: Server, exit_status: int) -> None:
         raise BenchmarkError(message + log_tail(recoveryd.log))
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
-
-
 def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(
         prog="python -m bench.ingest",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--requests", type=_positive, default=20_000, help="per timed round")
-    parser.add_argument("--connections", type=_positive, default=32)
-    parser.add_argument("--rounds", type=_positive, default=3, help="timed rounds per server")
-    parser.add_argument("--warmup", type=_positive, default=2_000, help="requests per server")
+    parser.add_argument("--requests", type=positive_int, default=20_000, help="per timed round")
+    parser.add_argument("--connections", type=positive_int, default=32)
+    parser.add_argument("--rounds", type=positive_int, default=3, help="timed rounds per server")
+    parser.add_argument("--warmup", type=positive_int, default=2_000, help="requests per server")
     parser.add_argument(
         "--profile", action="store_true", help="profile recoveryd with py-spy in one more round"
     )

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import rulecases
+from bench.options import positive_float, positive_int
 from bench.plainrules import compile_plain
 from daemon.rules import Ruleset, facts, parse_rules
 
@@ -295,20 +296,6 @@ def run(options: Options) -> None:
         profile(worst, options.seconds)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {value}")
-    return value
-
-
 def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(
         prog="python -m bench.rules",
@@ -316,10 +303,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--seconds", type=_positive_float, default=0.5, help="per measurement (default 0.5)"
+        "--seconds", type=positive_float, default=0.5, help="per measurement (default 0.5)"
     )
     parser.add_argument(
-        "--repeat", type=_positive_int, default=5, help="rounds of measurements (default 5)"
+        "--repeat", type=positive_int, default=5, help="rounds of measurements (default 5)"
     )
     parser.add_argument(
         "--profile", action="store_true", help="cProfile the 200-rule decide() loop at the end"

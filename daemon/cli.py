@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -85,9 +86,10 @@ def check(path: Path | None) -> None:
     Every problem is printed as PATH:LINE:COL: yaml.path: message. Exit status: 0 valid,
     1 invalid, 2 unreadable.
     """
-    from daemon.settings import PREFIX
+    from daemon.settings import PREFIX, Settings
 
-    path = path or Path(_environ(f"{PREFIX}RULES") or "rules.yaml")
+    default: Path = Settings.model_fields["RULES"].default
+    path = path or Path(os.environ.get(f"{PREFIX}RULES") or default)
     ruleset = _load_rules(path)
     click.echo(f"{path}: ok: {len(ruleset.rules)} rules, {len(ruleset.sweeps)} sweeps")
 
@@ -156,12 +158,6 @@ def _load_rules(path: Path) -> Any:
 def _fail(message: str, status: int) -> NoReturn:
     click.echo(message, err=True)
     sys.exit(status)
-
-
-def _environ(name: str) -> str | None:
-    import os
-
-    return os.environ.get(name) or None
 
 
 @main.command()

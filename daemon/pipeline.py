@@ -78,7 +78,7 @@ class Decider:
         ruleset = self._rules.current
         wire = message.model_dump(by_alias=True, exclude_none=True)
         decision = ruleset.decide(facts(wire, self._client.header_prefix))
-        for rule in decision.matched or ():
+        for rule in decision.matched:
             self._metrics.decisions.labels(rule.name, rule.action).inc()
         if not decision.matched:
             self._metrics.decisions.labels("", "none").inc()

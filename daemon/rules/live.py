@@ -42,7 +42,7 @@ class LiveRules:
         """Load the file again and put it in force; on FileError or Unreadable the
         running rules stay."""
         async with self._lock:
-            ruleset = await asyncio.to_thread(self._checked, lambda: load_rules(self._path))
+            ruleset = await asyncio.to_thread(self._load)
             previous, self._current = self._current, ruleset
             self._swap(ruleset, previous)
             log.info(
@@ -53,9 +53,10 @@ class LiveRules:
             )
             return ruleset
 
-    def _checked(self, load: Callable[[], Ruleset]) -> Ruleset:
+    def _load(self) -> Ruleset:
+        """The file loaded again; a refusal is counted and logged before it is raised."""
         try:
-            return load()
+            return load_rules(self._path)
         except (FileError, Unreadable) as exc:
             self._metrics.rules_reloads["failure"].inc()
             self._metrics.rules_last_reload_successful.set(0)
