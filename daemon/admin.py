@@ -1,11 +1,15 @@
-"""The admin listener (PRODUCT.md §2): metrics and rules reload; /api/v1 as its stages land.
+"""The admin listener (PRODUCT.md §2): metrics, rules reload, and the /api/v1 records.
 
-Never exposed publicly: it reports on, and will change, the running daemon.
+Never exposed publicly: it reports on, and changes, the running daemon. Nothing here
+carries a credential: records hold dlqIds, rules, states and call outcomes only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -18,7 +22,13 @@ from daemon.store import Store, StoreUnavailable
 from daemon.web import EXCEPTION_HANDLERS
 
 
-def admin_app(*, store: Store, metrics: Metrics, rules: LiveRules) -> FastAPI:
+def admin_app(
+    *,
+    store: Store,
+    metrics: Metrics,
+    rules: LiveRules,
+    wall_clock: Callable[[], float] = time.time,
+) -> FastAPI:
     app = FastAPI(
         title="recoveryd admin",
         docs_url=None,
@@ -33,7 +43,35 @@ def admin_app(*, store: Store, metrics: Metrics, rules: LiveRules) -> FastAPI:
         # database; a store that does not answer leaves the last value (and readiness fails).
         with contextlib.suppress(StoreUnavailable):
             metrics.inbox_depth.set(await store.inbox_depth())
+            status = await store.status(wall_clock())
+            for state, count in status["states"].items():
+                metrics.dlq_ids.labels(state).set(count)
+            metrics.oldest_pending.set(status["oldestPendingSeconds"])
+            metrics.pending_batches.set(status["pendingBatches"])
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/dlq/{dlq_id}")
+    async def dlq_record(dlq_id: str) -> JSONResponse:
+        """One dlqId's record: state, rules, calls and their results, timestamps."""
+        found = await store.record(dlq_id)
+        if found is None:
+            return JSONResponse({"error": f"no record of dlqId {dlq_id!r}"}, 404)
+        return JSONResponse(found)
+
+    @app.get("/api/v1/status")
+    async def daemon_status() -> JSONResponse:
+        ruleset = rules.current
+        answer: dict[str, Any] = {
+            **await store.status(wall_clock()),
+            "lastTokenRotation": None,
+            "rules": {
+                "sha256": ruleset.digest,
+                "rules": len(ruleset.rules),
+                "sweeps": len(ruleset.sweeps),
+                "source": ruleset.source,
+            },
+        }
+        return JSONResponse(answer)
 
     @app.post("/-/reload")
     async def reload() -> JSONResponse:

@@ -19,11 +19,19 @@ from daemon.admin import admin_app
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
 from daemon.metrics import Metrics
-from daemon.pipeline import Decider
+from daemon.pipeline import Pipeline, Tuning
+from daemon.pipeline.calls import observer
 from daemon.rules.live import LiveRules
 from daemon.settings import Settings
 from daemon.store import Store, StoreUnavailable, open_store
-from daemon.upstream import Credentials, CredentialsHolder, RateLimiter, RetryPolicy, ServiceClient
+from daemon.upstream import (
+    CallRecord,
+    Credentials,
+    CredentialsHolder,
+    RateLimiter,
+    RetryPolicy,
+    ServiceClient,
+)
 from daemon.web import EXCEPTION_HANDLERS
 
 ASGIApp = Callable[..., Any]
@@ -36,7 +44,7 @@ class Daemon:
     store: Store
     metrics: Metrics
     rules: LiveRules
-    decider: Decider
+    pipeline: Pipeline
     public: ASGIApp
     admin: ASGIApp
 
@@ -49,12 +57,15 @@ async def running(
     wall_clock: Callable[[], float] = time.time,
     store_options: Mapping[str, Any] | None = None,
     retry: RetryPolicy | None = None,
+    tuning: Tuning | None = None,
+    http_timeout: float = 10.0,
 ) -> AsyncIterator[Daemon]:
     """Load the rules, open the store and build both apps; on exit, pending commits land,
     then it closes. FileError or Unreadable when the rules cannot be used.
 
     `store_options` go to the store's `open` (timeouts and limits), `retry` to the service
-    client: tests make both short.
+    client, `tuning` to the pipeline, `http_timeout` bounds each call to the service:
+    tests make them short.
     """
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
     rules = LiveRules(settings.RULES, metrics, wall_clock=wall_clock)
@@ -62,10 +73,13 @@ async def running(
     observe = metrics.commit_size.observe
     async with (
         open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store,
-        httpx.AsyncClient(timeout=10.0) as http,
+        httpx.AsyncClient(timeout=http_timeout) as http,
     ):
-        client = _service_client(settings, http, token, retry)
-        decider = Decider(client, rules, metrics)
+        client = _service_client(settings, http, token, retry, observer(metrics, wall_clock))
+        pipeline = Pipeline(
+            store, client, rules, metrics, dry_run=settings.DRY_RUN, tuning=tuning,
+            wall_clock=wall_clock,
+        )  # fmt: skip
         verifier = None
         if settings.signing_keys:
             verifier = Verifier(settings.signing_keys, settings.HEADER_PREFIX, settings.PUBLIC_URL)
@@ -77,22 +91,26 @@ async def running(
             header_prefix=settings.HEADER_PREFIX,
             max_body_bytes=settings.MAX_BODY_BYTES,
             wall_clock=wall_clock,
-            on_accepted=decider.submit,
+            on_accepted=pipeline.wake,
         )
         readiness = Readiness(store, token_present=bool(token))
-        async with decider.running():
+        async with pipeline.running():
             yield Daemon(
                 store=store,
                 metrics=metrics,
                 rules=rules,
-                decider=decider,
+                pipeline=pipeline,
                 public=public_app(receiver, readiness),
-                admin=admin_app(store=store, metrics=metrics, rules=rules),
+                admin=admin_app(store=store, metrics=metrics, rules=rules, wall_clock=wall_clock),
             )
 
 
 def _service_client(
-    settings: Settings, http: httpx.AsyncClient, token: str | None, retry: RetryPolicy | None
+    settings: Settings,
+    http: httpx.AsyncClient,
+    token: str | None,
+    retry: RetryPolicy | None,
+    observe: Callable[[CallRecord], None],
 ) -> ServiceClient:
     password = settings.ACCOUNT_PASSWORD.get_secret_value() if settings.ACCOUNT_PASSWORD else None
     credentials = Credentials(token or "", settings.ACCOUNT_USERNAME, password)
@@ -103,7 +121,8 @@ def _service_client(
         credentials=CredentialsHolder(credentials),
         header_prefix=settings.HEADER_PREFIX,
         retry=retry,
-        limiter=RateLimiter(settings.MAX_RPS, pinned=settings.MAX_RPS is not None),
+        observe=observe,
+        limiter=RateLimiter(settings.MAX_RPS, pinned=settings.MAX_RPS is not None, probe=True),
     )
 
 

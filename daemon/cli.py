@@ -166,11 +166,17 @@ def _fail(message: str, status: int) -> NoReturn:
     type=_Duration(),
     default="30s",
     show_default=True,
-    help="Stop the demo after this long.",
+    help="Stop the demo after this long (unless --forever).",
 )
-@click.option("--forever", is_flag=True, help="Keep everything running and print the URLs.")
+@click.option(
+    "--forever", is_flag=True, help="Keep everything running until Ctrl-C (the URLs are printed)."
+)
 def dev(duration: float, forever: bool) -> None:
-    """Zero-configuration demo: the emulator, traffic that fails, and the client at work."""
-    from daemon.dev import run_demo
+    """Zero-configuration demo: the service emulator, a workflow app whose runs fail, and
+    recoveryd with the repository's rules.yaml recovering them, printed live."""
+    from daemon.dev import DemoError, run_demo
 
-    asyncio.run(run_demo(duration=duration, forever=forever, echo=click.echo))
+    try:
+        asyncio.run(run_demo(duration=duration, forever=forever, echo=click.echo))
+    except DemoError as exc:
+        raise click.ClickException(str(exc)) from None

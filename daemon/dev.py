@@ -1,10 +1,15 @@
-"""`recoveryd dev`: a zero-configuration run of the service's operations against the emulator.
+"""`recoveryd dev`: the zero-configuration demo, recoveryd recovering real failures live.
 
-It starts the bundled emulator and a small downstream on loopback, makes real
-deliveries fail (so the emulator dead-letters them and sends signed failure
-callbacks), then drives the five operations of the spec through the client,
-printing every call and its result. The daemon's own pipeline joins in as the
-ingest, rules and recovery stages land.
+On loopback it starts the bundled service emulator, a small workflow app (the user's
+side) and recoveryd itself, with the repository's rules.yaml on a temporary SQLite
+store. Every two seconds a wave of workflow runs is published through the emulator,
+which delivers them for real: /billing is down (503) for a while and then recovers,
+/reports fails for good (500), /canary answers 503 and /signup 422. A delivery that runs
+out of retries is dead-lettered and its signed failure callback reaches recoveryd,
+which reads the dead letter, decides by the rules (billing restarted, transient failures
+resumed, canaries ignored...) and resumes or restarts runs in batches; the emulator then
+runs them against the app again. One line is printed per dead letter, service call,
+decision, batch and recovered run as it happens, and a summary at the end.
 """
 
 from __future__ import annotations
@@ -12,253 +17,291 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
-import httpx
-import jwt
+import structlog
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from daemon.emulator import EmulatorConfig, create_app
-from daemon.serving import serve
-from daemon.upstream import (
-    BulkFilter,
-    CallRecord,
-    Credentials,
-    CredentialsHolder,
-    EndpointRef,
-    NotFound,
-    Overrides,
-    ServiceClient,
-)
+from daemon.app import running
+from daemon.emulator import Emulator, EmulatorConfig, create_app
+from daemon.emulator.delivery import Delivery
+from daemon.emulator.emulator import PublishRequest
+from daemon.emulator.journal import Call
+from daemon.emulator.state import Run
+from daemon.pipeline import Tuning
+from daemon.rules import FileError, Unreadable
+from daemon.serving import bind, serve
+from daemon.settings import load_settings
+from daemon.store import open_store
 
 Echo = Callable[[str], None]
-BILLING_RUNS = 4
+WAVE_EVERY = 2.0  # seconds between waves of published runs
+FAILING = {"reports": 500, "canary": 503, "signup": 422}
+RECOVERED = {"restart": "restarted", "resume": "resumed"}
 
 
-class Downstream:
-    """The user's side: a billing workflow that is down until it recovers, a URL Group
-    endpoint that is gone for good, and the failure-callback receiver."""
+class DemoError(Exception):
+    """The demo cannot start; `str()` says why."""
 
-    def __init__(self) -> None:
-        self.billing_healthy = False
-        self.billing_calls = 0
-        self.callbacks: list[tuple[str, bytes]] = []  # (signature, raw body)
-        self.callback_arrived = asyncio.Event()
-        self.app = Starlette(
-            routes=[
-                Route("/billing", self.billing, methods=["POST"]),
-                Route("/orders/fulfil", self.ok, methods=["POST"]),
-                Route("/orders/legacy", self.gone, methods=["POST"]),
-                Route("/callbacks", self.callback, methods=["POST"]),
-            ]
-        )
 
-    async def billing(self, request: Request) -> Response:
-        self.billing_calls += 1
-        if self.billing_healthy:
-            return JSONResponse({"ok": True})
-        return JSONResponse({"message": "db timeout"}, status_code=503)
+def repo_rules() -> Path:
+    """The repository's rules.yaml (next to the package in a checkout), else ./rules.yaml."""
+    for path in (Path(__file__).resolve().parent.parent / "rules.yaml", Path("rules.yaml")):
+        if path.is_file():
+            return path
+    raise DemoError("no rules.yaml: run `recoveryd dev` from the recoveryd repository")
 
-    async def ok(self, request: Request) -> Response:
-        return JSONResponse({"ok": True})
 
-    async def gone(self, request: Request) -> Response:
-        return Response("gone", status_code=410)
+class Workflows:
+    """The user's workflow app: /billing is down until `outage` seconds after `start`."""
 
-    async def callback(self, request: Request) -> Response:
-        self.callbacks.append((request.headers.get("service-signature", ""), await request.body()))
-        self.callback_arrived.set()
-        return JSONResponse({"status": "accepted"})
+    def __init__(self, outage: float) -> None:
+        self.outage = outage
+        self.healthy_at = float("inf")
+        self.app = Starlette(routes=[Route("/{name}", self.step, methods=["POST"])])
+
+    def start(self) -> None:
+        self.healthy_at = time.monotonic() + self.outage
+
+    async def step(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name == "billing":
+            status = 200 if time.monotonic() >= self.healthy_at else 503
+        else:
+            status = FAILING.get(name, 404)
+        return JSONResponse({"ok": status == 200}, status_code=status)
+
+
+def wave(n: int) -> list[tuple[str, list[str]]]:
+    """The runs of the n-th wave, as (app path, labels); a few fail for good, early on."""
+    runs = [("billing", ["billing"])]
+    if n < 3:
+        runs.append(("reports", ["reports"]))
+    if n % 2:
+        runs.append(("canary", ["billing", "canary"]))  # ignore-canaries comes first
+    if n == 0:
+        runs.append(("signup", ["signup"]))
+    return runs
+
+
+class Live:
+    """Prints what happens as it happens: the emulator's deliveries and service calls,
+    read from its state, and recoveryd's decisions and batches, from its log events."""
+
+    def __init__(self, echo: Echo, emulator: Emulator) -> None:
+        self.echo = echo
+        self.emulator = emulator
+        self.started = time.monotonic()
+        self.calls_seen = 0
+        self.deliveries_seen: set[str] = set()
+
+    def line(self, what: str, text: str) -> None:
+        self.echo(f"{time.monotonic() - self.started:6.1f}s  {what:<9} {text}")
+
+    def flush(self) -> None:
+        runs = {run.delivery_id: run for run in self.emulator.store.runs}
+        for delivery in list(self.emulator.courier.deliveries.values()):
+            final = delivery.state == "delivered" or delivery.dlq_id is not None
+            if final and delivery.id not in self.deliveries_seen:
+                self.deliveries_seen.add(delivery.id)
+                self.line(*_delivered(delivery, runs.get(delivery.id)))
+        calls = self.emulator.journal.calls
+        for call in calls[self.calls_seen :]:
+            self.line("call", _call(call))
+        self.calls_seen = len(calls)
+
+    def on_log(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> NoReturn:
+        """A structlog processor: recoveryd's events as concise lines, nothing else."""
+        self.flush()  # the calls and dead letters that led to this event come first
+        name = event.pop("event")
+        if name == "decided":
+            rule = f"{event['rule']} -> {event['action']}" if event["rule"] else "no rule"
+            state = "" if event["state"] == "decided" else f" ({event['state']})"
+            also = [m for m in event["matched"] if m != event["rule"]]
+            after = f"  [after {', '.join(also)}]" if also else ""
+            self.line("decided", f"{event['dlq_id']}  {rule}{state}{after}")
+        elif name == "batch sent":
+            runs = f"{event['dlq_ids']} dlqIds, {event['runs']} new runs"
+            self.line("sent", f"{event['action']} batch {event['batch']}: {runs}")
+        elif name == "dlq message already gone":
+            self.line("gone", f"{event['dlq_id']} is no longer in the DLQ")
+        elif method != "debug":
+            details = " ".join(f"{key}={value}" for key, value in event.items())
+            self.line(method, f"{name} {details}")
+        raise structlog.DropEvent
+
+    @contextlib.contextmanager
+    def logging(self) -> Iterator[None]:
+        """recoveryd's log events go to `on_log` for the block."""
+        saved = structlog.get_config()
+        structlog.configure(processors=[self.on_log], cache_logger_on_first_use=False)
+        try:
+            yield
+        finally:
+            structlog.configure(**saved)
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """Flush what the emulator did every 100ms for the block."""
+
+        async def poll() -> None:
+            while True:
+                self.flush()
+                await asyncio.sleep(0.1)
+
+        task = asyncio.create_task(poll())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _delivered(delivery: Delivery, run: Run | None) -> tuple[str, str]:
+    """A delivery's line: a published run or one recoveryd resumed or restarted."""
+    message = delivery.message
+    who = message.workflow.run_id if message.workflow else message.message_id
+    if run is not None:
+        who = f"{RECOVERED[run.mode]} run of {run.source_dlq_id}"
+    answer = f"{who}: {message.method} {urlsplit(message.url).path} -> {delivery.last_status}"
+    if delivery.state == "delivered":
+        return "ok", answer
+    return "dead", f"{answer} ({delivery.attempts} attempts), dead-lettered as {delivery.dlq_id}"
+
+
+def _call(call: Call) -> str:
+    ids = [value for name, value in call.query if name == "dlqIds"]
+    shown = f" ({len(ids)} dlqIds: {', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})"
+    return f"{call.method} {call.path} -> {call.status}" + (shown if ids else "")
+
+
+def _kind(call: Call) -> str:
+    path = "/v2/dlq/{dlqId}" if call.path.startswith("/v2/dlq/") else call.path
+    return f"{call.method} {path}"
 
 
 async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
-    config = EmulatorConfig(delivery_retry_delay=0.05)
-    downstream = Downstream()
-    async with (
-        serve(create_app(config)) as emulator_url,
-        serve(downstream.app) as downstream_url,
-        httpx.AsyncClient(timeout=10.0) as http,
-    ):
-        echo(f"emulator    {emulator_url}   (control API under /_emulator/)")
-        echo(f"downstream  {downstream_url}")
-        calls: Counter[str] = Counter()
-        credentials = CredentialsHolder(Credentials(config.token, config.username, config.password))
-        client = ServiceClient(
-            http, base_url=emulator_url, credentials=credentials, observe=_printer(echo, calls)
-        )
-        demo = _Demo(
-            echo, client, credentials, http, emulator_url, downstream_url, downstream, config
-        )
-        try:
-            async with asyncio.timeout(duration):
-                await demo.run()
-        except TimeoutError:
-            echo(f"stopped after {duration:g}s (--duration)")
-        echo("")
-        echo("calls made: " + ", ".join(f"{op} {n}" for op, n in sorted(calls.items())))
-        if forever:
-            echo("running until interrupted (Ctrl-C)")
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.Event().wait()
+    """The demo for `duration` seconds (until Ctrl-C with `forever`), then its summary."""
+    rules = repo_rules()
+    config = EmulatorConfig(delivery_retry_delay=0.1)
+    emulator_app = create_app(config)
+    emulator: Emulator = emulator_app.state.emulator
+    workflows = Workflows(outage=10.0 if forever else min(10.0, max(2.0, round(duration / 3))))
+    live = Live(echo, emulator)
+    with tempfile.TemporaryDirectory(prefix="recoveryd-dev-") as tmp, live.logging():
+        store_url = f"sqlite:///{Path(tmp) / 'recoveryd.db'}"
+        async with serve(emulator_app) as emulator_url, serve(workflows.app) as app_url:
+            async with _recoveryd(config, emulator_url, rules, store_url) as (callbacks, admin):
+                echo("recoveryd dev: the service emulator, a workflow app and recoveryd")
+                echo(f"  emulator   {emulator_url}  (control API under /_emulator/)")
+                echo(f"  workflows  {app_url}  /billing 503 for {workflows.outage:g}s, then 200;")
+                echo("             /reports 500 for good, /canary 503, /signup 422")
+                echo(f"  recoveryd  {callbacks}  admin {admin}/api/v1/status")
+                echo(f"  rules      {rules}")
+                if forever:
+                    echo(f"poke at {admin}/api/v1/dlq/<dlqId> and {emulator_url}/_emulator/runs")
+                until = "Ctrl-C" if forever else f"{duration:g}s"
+                echo(f"a wave of workflow runs every {WAVE_EVERY:g}s, until {until}:")
+                async with live.watching():
+                    await _traffic(emulator, workflows, app_url, callbacks, duration, forever)
+                live.line("stop", "traffic stopped; recoveryd finishes what is under way")
+            live.flush()
+            async with open_store(store_url) as store:
+                states = (await store.status(time.time()))["states"]
+            _summary(echo, states, emulator, time.monotonic() - live.started)
 
 
-def _printer(echo: Echo, calls: Counter[str]) -> Callable[[CallRecord], None]:
-    def observe(record: CallRecord) -> None:
-        calls[record.operation] += 1
-        status = record.status if record.status is not None else record.error
-        retry = f" (attempt {record.attempt})" if record.attempt > 1 else ""
-        echo(f"    -> {record.method} {record.path} {status} {record.seconds * 1000:.0f}ms{retry}")
+@contextlib.asynccontextmanager
+async def _recoveryd(
+    config: EmulatorConfig, service_url: str, rules: Path, store_url: str
+) -> AsyncIterator[tuple[str, str]]:
+    """recoveryd on loopback, configured for the emulator; its callback and admin URLs."""
+    sock = bind("127.0.0.1", 0)  # bound first: the callback URL is in the settings
+    callback_url = f"http://127.0.0.1:{sock.getsockname()[1]}/callbacks"
+    settings = load_settings({
+        "RECOVERYD_SERVICE_URL": service_url,
+        "RECOVERYD_TOKEN": config.token,
+        "RECOVERYD_SIGNING_KEY_CURRENT": config.signing_key_current,
+        "RECOVERYD_SIGNING_KEY_NEXT": config.signing_key_next,
+        "RECOVERYD_PUBLIC_URL": callback_url,  # the `sub` the callbacks are signed for
+        "RECOVERYD_STORE": store_url,
+        "RECOVERYD_RULES": str(rules),
+    })  # fmt: skip
+    try:
+        with contextlib.closing(sock):
+            async with (
+                running(settings, tuning=Tuning(drain_timeout=5.0)) as daemon,
+                serve(daemon.public, sock=sock),
+                serve(daemon.admin) as admin_url,
+            ):
+                yield callback_url, admin_url
+    except (FileError, Unreadable) as exc:
+        raise DemoError(str(exc)) from None
 
-    return observe
+
+async def _traffic(
+    emulator: Emulator,
+    workflows: Workflows,
+    app_url: str,
+    callback_url: str,
+    duration: float,
+    forever: bool,
+) -> None:
+    """Publish a wave of runs every WAVE_EVERY seconds for `duration` (`forever`: until
+    SIGINT or SIGTERM, which also end a timed demo early)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # after the servers took them: ours now
+        loop.add_signal_handler(sig, stop.set)
+    workflows.start()
+    try:
+        async with asyncio.timeout(None if forever else duration):
+            n = 0
+            while not stop.is_set():
+                for name, labels in wave(n):
+                    emulator.publish(PublishRequest(
+                        url=f"{app_url}/{name}", body=json.dumps({"wave": n}), maxRetries=2,
+                        workflowRunId=f"wfr_{name}_{n}", labels=labels,
+                        failureCallback=callback_url,
+                    ))  # fmt: skip
+                n += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), WAVE_EVERY)
+    except TimeoutError:
+        pass
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
-@dataclass
-class _Demo:
-    echo: Echo
-    client: ServiceClient
-    credentials: CredentialsHolder
-    http: httpx.AsyncClient
-    emulator_url: str
-    downstream_url: str
-    downstream: Downstream
-    config: EmulatorConfig
-
-    async def control(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = await self.http.request(method, f"{self.emulator_url}/_emulator{path}", **kwargs)
-        response.raise_for_status()
-        return response.json()
-
-    async def run(self) -> None:
-        billing, group = await self.fail_deliveries()
-        await self.read_dead_letters(billing + group)
-        self.downstream.billing_healthy = True
-        self.echo("\nthe billing workflow is healthy again: recover its runs")
-        await self.resume_one(billing[0])
-        await self.restart_the_rest()
-        await self.prune_the_dead_endpoint()
-        await self.rotate_the_token()
-        await self.control("POST", "/idle")
-        runs = await self.control("GET", "/runs")
-        done = sum(1 for run in runs if run.get("status") == "succeeded")
-        self.echo(f"\n{done} of {len(runs)} recovered runs completed against the workflow URL")
-
-    async def fail_deliveries(self) -> tuple[list[str], list[str]]:
-        """Dead-letter real deliveries; the dlqIds of workflow runs and of the URL Group."""
-        self.echo("\n1. deliveries fail: the billing workflow answers 503, an old endpoint 410")
-        group = {
-            "name": "orders",
-            "endpoints": [
-                {"name": "fulfilment", "url": f"{self.downstream_url}/orders/fulfil"},
-                {"name": "legacy", "url": f"{self.downstream_url}/orders/legacy"},
-            ],
-        }
-        await self.control("POST", "/url-groups", json=group)
-        failure_callback = f"{self.downstream_url}/callbacks"
-        for run in range(BILLING_RUNS):
-            await self.control(
-                "POST",
-                "/publish?wait=true",
-                json={
-                    "url": f"{self.downstream_url}/billing",
-                    "body": f'{{"invoice": {run}}}',
-                    "maxRetries": 1,
-                    "workflowRunId": f"wfr_billing_{run}",
-                    "labels": ["billing"],
-                    "failureCallback": failure_callback,
-                },
-            )
-        await self.control(
-            "POST",
-            "/publish?wait=true",
-            json={
-                "topic": "orders",
-                "body": '{"order": 42}',
-                "maxRetries": 1,
-                "failureCallback": failure_callback,
-            },
-        )
-        while len(self.downstream.callbacks) < BILLING_RUNS + 1:
-            self.downstream.callback_arrived.clear()
-            await self.downstream.callback_arrived.wait()
-        workflow_ids: list[str] = []
-        group_ids: list[str] = []
-        for signature, body in self.downstream.callbacks:
-            claims = jwt.decode(
-                signature,
-                self.config.signing_key_current,
-                algorithms=["HS256"],
-                issuer=self.config.header_prefix,
-            )
-            payload = json.loads(body)
-            (group_ids if "topicName" in payload else workflow_ids).append(payload["dlqId"])
-            self.echo(
-                f"   failure callback for {payload['dlqId']} ({payload.get('url')}, "
-                f"status {payload.get('status')}), signature valid, jti {claims['jti']}"
-            )
-        return workflow_ids, group_ids
-
-    async def read_dead_letters(self, dlq_ids: list[str]) -> None:
-        self.echo("\n2. read each dead letter (spec 4.1)")
-        for dlq_id in dlq_ids:
-            message = await self.client.get_dlq_message(dlq_id)
-            run = message.header_values(f"{self.client.header_prefix}-Workflow-RunId")
-            self.echo(
-                f"   {dlq_id}: {message.url} answered {message.response_status}"
-                + (f", workflow run {run[0]}" if run else f", URL Group {message.topic_name}")
-            )
-
-    async def resume_one(self, dlq_id: str) -> None:
-        self.echo(f"\n3. resume {dlq_id} by id, with overrides (spec 4.4, 4.6)")
-        overrides = Overrides(retries=2, labels=("auto-resumed",))
-        result = await self.client.bulk("resume", dlq_ids=[dlq_id], overrides=overrides)
-        for run in result.workflow_runs:
-            self.echo(f"   resumed as {run.workflow_run_id}")
-        try:
-            await self.client.get_dlq_message(dlq_id)
-        except NotFound:
-            self.echo(f"   {dlq_id} has left the DLQ (404)")
-
-    async def restart_the_rest(self) -> None:
-        self.echo("\n4. restart every other billing run by filter, following the cursor (4.5, 4.7)")
-        started = time.monotonic()
-        pages = self.client.bulk_pages(
-            "restart", filter=BulkFilter(label=("billing",)), overrides=Overrides(retries=2)
-        )
-        async for page in pages:
-            ids = ", ".join(run.workflow_run_id for run in page.workflow_runs)
-            self.echo(f"   restarted {len(page.workflow_runs)}: {ids} (cursor {page.cursor!r})")
-        self.echo(f"   done in {(time.monotonic() - started) * 1000:.0f}ms")
-
-    async def prune_the_dead_endpoint(self) -> None:
-        self.echo("\n5. take the dead endpoint out of its URL Group (spec 4.3)")
-        await self.client.remove_endpoints("orders", [EndpointRef(name="legacy")])
-        group = await self.client.get_url_group("orders")
-        self.echo(
-            f"   orders now has: {', '.join(e.name or e.url or '?' for e in group.endpoints)}"
-        )
-
-    async def rotate_the_token(self) -> None:
-        self.echo("\n6. rotate the account token (spec 4.2)")
-        record = await self.client.rotate_token()
-        if record.token is None or record.password is None:
-            raise RuntimeError("the token reset answered without new credentials")
-        holder = self.credentials
-        holder.replace(
-            Credentials(
-                record.token.get_secret_value(),
-                holder.current.username,
-                record.password.get_secret_value(),
-            )
-        )
-        self.echo(
-            f"   new credentials received and swapped in; limits: "
-            f"{record.max_requests_per_second} requests/s, "
-            f"DLQ retention {record.max_dlq_retention_time_milis} ms"
-        )
+def _summary(echo: Echo, states: dict[str, int], emulator: Emulator, seconds: float) -> None:
+    calls = Counter(_kind(call) for call in emulator.journal.calls)
+    succeeded = sum(run.status == "succeeded" for run in emulator.store.runs)
+    recovered = states["done"]
+    in_flight = states["received"] + states["decided"] + states["batched"]
+    total = sum(calls.values())
+    per_run = f"{total / recovered:.1f}" if recovered else "-"
+    echo("")
+    echo(f"summary after {seconds:.1f}s")
+    echo(f"  received    {sum(states.values()):4}  failure callbacks")
+    echo(
+        f"  recovered   {recovered:4}  resumed or restarted (new runs that succeeded: {succeeded})"
+    )
+    echo(f"  gone        {states['gone']:4}  no longer in the DLQ")
+    echo(f"  skipped     {states['skipped']:4}  ignored, or not for this version to carry out")
+    echo(f"  failed      {states['failed']:4}")
+    echo(f"  dry-run     {states['dry-run']:4}")
+    if in_flight:
+        echo(f"  in flight   {in_flight:4}  (received, decided or batched when it stopped)")
+    kinds = ", ".join(f"{n} {kind}" for kind, n in calls.most_common())
+    echo(f"  calls made  {total:4}  ({kinds}): {per_run} per recovered run")

@@ -20,6 +20,9 @@ CallbackResult = Literal[
 # show a store that is struggling.
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_BULK_BUCKETS = (1, 2, 5, 10, 20, 30, 40, 50)
+# A call to the service takes milliseconds when it is well; seconds mean retries or trouble.
+_UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class Metrics:
@@ -80,5 +83,47 @@ class Metrics:
             "recoveryd_decisions",
             'Rules matched by DLQ messages, by rule and action (rule "" when none matched).',
             ["rule", "action"],
+            registry=registry,
+        )
+        self.batch_size = Histogram(
+            "recoveryd_batch_dlq_ids",
+            "dlqIds in one bulk resume or restart batch.",
+            buckets=_BULK_BUCKETS,
+            registry=registry,
+        )
+        self.upstream_calls = Counter(
+            "recoveryd_upstream_calls",
+            "Calls to the service (each attempt), by operation and status code "
+            "(or the error's reason when no answer came).",
+            ["operation", "status"],
+            registry=registry,
+        )
+        self.upstream_seconds = Histogram(
+            "recoveryd_upstream_call_duration_seconds",
+            "Time one call to the service took, by operation.",
+            ["operation"],
+            buckets=_UPSTREAM_BUCKETS,
+            registry=registry,
+        )
+        self.dlq_ids = Gauge(
+            "recoveryd_dlq_ids",
+            "dlqIds in the store by pipeline state (read at scrape time).",
+            ["state"],
+            registry=registry,
+        )
+        self.oldest_pending = Gauge(
+            "recoveryd_oldest_pending_age_seconds",
+            "Age of the oldest dlqId not yet in a final state (read at scrape time).",
+            registry=registry,
+        )
+        self.pending_batches = Gauge(
+            "recoveryd_pending_batches",
+            "Batches persisted whose call has not been settled (read at scrape time).",
+            registry=registry,
+        )
+        self.recovered = Counter(
+            "recoveryd_recovered",
+            "dlqIds whose bulk resume or restart the service accepted, by action.",
+            ["action"],
             registry=registry,
         )

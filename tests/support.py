@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from daemon.app import Daemon, running
 from daemon.emulator import EmulatorConfig
 from daemon.emulator.signing import sign
+from daemon.pipeline import Tuning
 from daemon.serving import serve
 from daemon.settings import load_settings
 from daemon.upstream import CredentialsHolder, RetryPolicy, ServiceClient
@@ -31,6 +32,10 @@ SIGNING_KEY_NEXT = "sig_next_tests_key_0123456789abcdefghijk"
 
 # Fast but real backoff, so retry tests take milliseconds.
 FAST_RETRY = RetryPolicy(base_delay=0.01, max_delay=0.05, max_attempts=4, max_elapsed=5.0)
+# The pipeline's waits, scaled down the same way.
+FAST_TUNING = Tuning(
+    retry_base=0.05, idle_poll=0.05, housekeeping=0.5, drain_timeout=2.0, lease=30.0
+)
 
 
 def emulator_config(**settings: Any) -> EmulatorConfig:
@@ -107,11 +112,16 @@ REPO_RULES = Path(__file__).parent.parent / "rules.yaml"
 PUBLIC_URL = "https://recoveryd.example.com/callbacks"
 
 
+# Where a daemon that is not given the emulator looks for the service: a closed port on
+# loopback, refused at once (a name that does not resolve can take seconds to fail).
+UNREACHABLE_SERVICE = "http://127.0.0.1:9"
+
+
 def daemon_env(tmp_path: Path, **settings: str) -> dict[str, str]:
     """RECOVERYD_* variables for a daemon on a store in `tmp_path`; `settings` change them
     (by name without the prefix; an empty string removes the variable)."""
     env = {
-        "RECOVERYD_SERVICE_URL": "http://service.invalid",
+        "RECOVERYD_SERVICE_URL": UNREACHABLE_SERVICE,
         "RECOVERYD_TOKEN": TOKEN,
         "RECOVERYD_SIGNING_KEY_CURRENT": SIGNING_KEY_CURRENT,
         "RECOVERYD_SIGNING_KEY_NEXT": SIGNING_KEY_NEXT,
@@ -169,13 +179,27 @@ class Recoveryd:
 
 @contextlib.asynccontextmanager
 async def running_recoveryd(
-    tmp_path: Path, *, store_options: dict[str, Any] | None = None, **settings: str
+    tmp_path: Path,
+    *,
+    store_options: dict[str, Any] | None = None,
+    tuning: Tuning = FAST_TUNING,
+    retry: RetryPolicy = FAST_RETRY,
+    http_timeout: float = 10.0,
+    **settings: str,
 ) -> AsyncIterator[Recoveryd]:
-    """recoveryd on loopback sockets in this event loop, configured by `daemon_env`."""
+    """recoveryd on loopback sockets in this event loop, configured by `daemon_env`, with
+    the fast retries and pipeline waits of the tests unless told otherwise."""
     registry = CollectorRegistry()
     config = load_settings(daemon_env(tmp_path, **settings))
     async with (
-        running(config, registry=registry, store_options=store_options) as daemon,
+        running(
+            config,
+            registry=registry,
+            store_options=store_options,
+            retry=retry,
+            tuning=tuning,
+            http_timeout=http_timeout,
+        ) as daemon,
         serve(daemon.public) as public_url,
         serve(daemon.admin) as admin_url,
         httpx.AsyncClient(base_url=public_url, timeout=10) as public,

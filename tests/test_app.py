@@ -75,7 +75,9 @@ async def test_the_inbox_depth_is_read_from_the_store_at_scrape_time(
     """A callback written by another replica into the same database shows in the depth."""
     other = sqlite3.connect(tmp_path / "recoveryd.db")
     with other:
-        other.execute("INSERT INTO callbacks VALUES ('d-elsewhere', x'7b7d', 0)")
+        other.execute(
+            "INSERT INTO callbacks (dlq_id, body, received_at) VALUES ('d-elsewhere', x'7b7d', 0)"
+        )
     other.close()
     await recoveryd.admin.get("/metrics")
     assert recoveryd.metric("recoveryd_inbox_depth") == 1

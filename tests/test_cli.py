@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -35,20 +37,54 @@ def test_help_lists_the_commands() -> None:
     assert "emulator" in result.stdout
 
 
-def test_dev_runs_the_five_operations_and_exits_zero() -> None:
-    """`recoveryd dev` fails deliveries for real, then recovers them through the client."""
-    result = run("dev", "--duration", "45s")
+def test_dev_shows_recoveryd_deciding_and_recovering_live_then_sums_up() -> None:
+    """`recoveryd dev` runs the real daemon against the emulator: a line per decision and
+    per service call as they happen, then a summary with the calls per recovered run."""
+    result = run("dev", "--duration", "6s")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "signature valid" in out
-    assert "GET /v2/dlq/" in out
-    assert "has left the DLQ (404)" in out
-    assert "POST /v2/workflows/dlq/restart 200" in out
-    assert "DELETE /v2/topics/orders/endpoints 200" in out
-    assert "orders now has: fulfilment" in out
-    assert "POST /service/user/rotatetoken 200" in out
-    assert "4 of 4 recovered runs completed" in out
-    assert "stopped after" not in out
+    assert re.search(r"dead +wfr_billing_0: POST /billing -> 503 \(3 attempts\)", out)
+    assert re.search(r"call +GET /v2/dlq/\S+ -> 200", out)
+    assert re.search(r"decided +\S+  restart-billing-on-5xx -> restart\n", out)
+    assert re.search(r"decided +\S+  resume-transient-failures -> resume\n", out)
+    assert re.search(r"decided +\S+  ignore-canaries -> ignore \(skipped\)", out)
+    assert re.search(r"call +POST /v2/workflows/dlq/restart -> 200 \(\d+ dlqIds: ", out)
+    assert re.search(r"sent +restart batch \d+: \d+ dlqIds, \d+ new runs", out)
+    assert re.search(r"ok +restarted run of \S+: POST /billing -> 200", out)
+    summary = out[out.index("\nsummary after ") :]
+    recovered = re.search(r"recovered +(\d+)", summary)
+    assert recovered is not None
+    assert int(recovered.group(1)) >= 1
+    for counted in ("received", "gone", "skipped", "failed", "dry-run"):
+        assert re.search(rf"\n  {counted} +\d+", summary), counted
+    assert re.search(r"calls made +\d+ .*: \d+\.\d per recovered run", summary)
+
+
+def test_dev_forever_keeps_running_until_interrupted() -> None:
+    """With --forever the URLs are printed and stay up; Ctrl-C ends it with the summary."""
+    process = subprocess.Popen(
+        [*RECOVERYD, "dev", "--forever"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    watchdog = threading.Timer(60, process.kill)
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        while not any(" decided " in line for line in lines):
+            line = process.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        [admin] = re.findall(r"admin (http://\S+)", "".join(lines))
+        status = httpx.get(admin).json()
+        assert sum(status["states"].values()) >= 1
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+        process.kill()
+    assert process.returncode == 0, err
+    assert "until Ctrl-C" in "".join(lines)
+    assert "\nsummary after " in out
 
 
 def test_dev_refuses_a_malformed_duration() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import socket
 import sqlite3
@@ -12,92 +11,28 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.processes import Served, environ, serving
 from tests.support import (
     SIGNING_KEY_CURRENT,
     SIGNING_KEY_NEXT,
     TOKEN,
     callback_json,
-    daemon_env,
     signed,
 )
-
-
-@dataclass
-class Served:
-    process: subprocess.Popen[str]
-    url: str
-    admin_url: str
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> tuple[int, str]:
-        """Send `sig`, wait for the exit; the exit status and everything it logged."""
-        self.process.send_signal(sig)
-        _, logs = self.process.communicate(timeout=30)
-        return self.process.returncode, logs
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _environ(tmp_path: Path, **settings: str) -> dict[str, str]:
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
-    return inherited | daemon_env(tmp_path, **settings)
-
-
-def _run(environ: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "daemon", "serve"],
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-@contextlib.contextmanager
-def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
-    """`recoveryd serve` on free loopback ports, once /healthz answers; killed at the end."""
-    port, admin_port = _free_port(), _free_port()
-    settings = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"} | settings
-    process = _run(_environ(tmp_path, **settings))
-    served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}")
-    try:
-        _wait_until_healthy(served)
-        yield served
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=30)
-
-
-def _wait_until_healthy(served: Served) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if served.process.poll() is not None:
-            raise AssertionError(f"serve exited: {served.process.communicate()[1]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
-                return
-        time.sleep(0.05)
-    raise AssertionError("serve did not become healthy")
 
 
 def _refused_start(tmp_path: Path, **settings: str) -> str:
     """Run serve with `settings`, expecting it to refuse; its one line of error."""
     result = subprocess.run(
         [sys.executable, "-m", "daemon", "serve"],
-        env=_environ(tmp_path, **settings),
+        env=environ(tmp_path, **settings),
         capture_output=True,
         text=True,
         timeout=30,
@@ -253,7 +188,7 @@ def test_rules_with_a_mistake_stop_the_start_with_every_problem(tmp_path: Path) 
     rules.write_text("version: 2\nrules:\n  - name: a\n    match: {}\n    action: restrat\n")
     result = subprocess.run(
         [sys.executable, "-m", "daemon", "serve"],
-        env=_environ(tmp_path, RULES=str(rules)),
+        env=environ(tmp_path, RULES=str(rules)),
         capture_output=True,
         text=True,
         timeout=30,

@@ -33,6 +33,16 @@ def call_headers(rule: Rule, header_prefix: str) -> dict[str, str]:
     return overrides.headers(header_prefix) if overrides else {}
 
 
+def recovery_call(rule: Rule, dlq_id: str, header_prefix: str) -> dict[str, Any]:
+    """The bulk call a resume or restart rule makes for `dlq_id` (alone in its batch)."""
+    return {
+        "method": "POST",
+        "path": f"/v2/workflows/dlq/{rule.action}",
+        "query": {"dlqIds": [dlq_id]},
+        "headers": call_headers(rule, header_prefix),
+    }
+
+
 def _step(
     ruleset: Ruleset, rule: Rule, message: Mapping[str, Any], header_prefix: str
 ) -> dict[str, Any]:
@@ -44,12 +54,7 @@ def _step(
         "continue": spec.continue_,
     }
     if rule.batch is not None:
-        step["call"] = {
-            "method": "POST",
-            "path": f"/v2/workflows/dlq/{rule.action}",
-            "query": {"dlqIds": [message.get("dlqId", "")]},
-            "headers": call_headers(rule, header_prefix),
-        }
+        step["call"] = recovery_call(rule, str(message.get("dlqId", "")), header_prefix)
         step["batch"] = {"maxSize": rule.batch.max_size, "maxWaitSeconds": rule.batch.max_wait}
         if spec.budget:
             step["budget"] = spec.budget.model_dump(by_alias=True)

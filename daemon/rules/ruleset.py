@@ -76,6 +76,7 @@ class Ruleset:
     rules: tuple[Rule, ...]
     sweeps: tuple[SweepSpec, ...]
     dry_run: bool  # defaults.dryRun
+    default_batch: BatchPolicy  # defaults.batch, for dlqIds whose rule is gone
     digest: str  # sha256 of the file's bytes, to tell versions apart
     source: str
 
@@ -129,6 +130,7 @@ def compile_rules(document: Document) -> Ruleset:
         rules=rules,
         sweeps=spec.sweeps,
         dry_run=spec.defaults.dry_run,
+        default_batch=_batch(None, default_batch),
         digest=hashlib.sha256(document.text.encode()).hexdigest(),
         source=document.file,
     )

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from daemon.store.records import BatchRecord, Claimed, Outcome, Pending
+
 Added = Literal["accepted", "duplicate"]
 
 
@@ -39,7 +41,45 @@ class Store(Protocol):
         ...
 
     async def inbox_depth(self) -> int:
-        """How many callbacks the inbox holds (until the pipeline lands, every one stored)."""
+        """How many callbacks wait to be fetched (state received)."""
+        ...
+
+    async def claim(self, owner: str, limit: int, lease: float, now: float) -> list[Claimed]:
+        """Lease up to `limit` received dlqIds to `owner` for `lease` seconds."""
+        ...
+
+    async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> list[Pending]:
+        """Record what became of `owner`'s leased dlqIds; returns those now decided."""
+        ...
+
+    async def pending(self) -> list[Pending]:
+        """The decided dlqIds that wait for a batch."""
+        ...
+
+    async def open_batch(
+        self, action: str, overrides: str, dlq_ids: list[str], now: float
+    ) -> BatchRecord | None:
+        """Persist a batch of those of `dlq_ids` still decided; None when none is."""
+        ...
+
+    async def settle_batch(self, batch_id: int, **outcome: Any) -> None:
+        """Close a batch (see sqlite_pipeline.settle_batch for the outcome's keys)."""
+        ...
+
+    async def unsettled_batches(self) -> list[BatchRecord]:
+        """Batches persisted whose call was never settled (a crash came in between)."""
+        ...
+
+    async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
+        """How many batches each dlqId has been in."""
+        ...
+
+    async def record(self, dlq_id: str) -> dict[str, Any] | None:
+        """Everything known about `dlq_id` (`/api/v1/dlq/{dlqId}`), None if unknown."""
+        ...
+
+    async def status(self, now: float) -> dict[str, Any]:
+        """Counts by state, unsettled batches, the oldest unfinished dlqId's age."""
         ...
 
     async def ping(self) -> None:

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 import structlog
 
 from daemon.store import Added, Callback, StoreUnavailable
+from daemon.store import sqlite_pipeline as pipeline
+from daemon.store.records import BatchRecord, Claimed, Outcome, Pending
 
 T = TypeVar("T")
 # At most 3 parameters a row: 900 stays under the 999 that SQLite before 3.32 allows.
@@ -35,6 +37,7 @@ MIGRATIONS = (
         received_at REAL NOT NULL
     );
     """,
+    pipeline.SCHEMA,
 )
 
 
@@ -134,18 +137,62 @@ class SQLiteStore:
 
     async def inbox_depth(self) -> int:
         count: int = await self._run(
-            lambda c: c.execute("SELECT count(*) FROM callbacks").fetchone()[0]
+            lambda c: c.execute(
+                "SELECT count(*) FROM callbacks WHERE state = 'received'"
+            ).fetchone()[0]
         )
         return count
 
     async def ping(self) -> None:
         await self._run(lambda c: c.execute("SELECT 1").fetchone())
 
-    async def _run(self, query: Callable[[sqlite3.Connection], T]) -> T:
+    # -- the pipeline's states (sqlite_pipeline.py has the statements) ---------------
+
+    async def claim(self, owner: str, limit: int, lease: float, now: float) -> list[Claimed]:
+        return await self._write(lambda c: pipeline.claim(c, owner, limit, lease, now))
+
+    async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> list[Pending]:
+        return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
+
+    async def pending(self) -> list[Pending]:
+        return await self._run(pipeline.pending)
+
+    async def open_batch(
+        self, action: str, overrides: str, dlq_ids: list[str], now: float
+    ) -> BatchRecord | None:
+        return await self._write(lambda c: pipeline.open_batch(c, action, overrides, dlq_ids, now))
+
+    async def settle_batch(self, batch_id: int, **outcome: Any) -> None:
+        await self._write(lambda c: pipeline.settle_batch(c, batch_id, **outcome))
+
+    async def unsettled_batches(self) -> list[BatchRecord]:
+        return await self._run(pipeline.unsettled_batches)
+
+    async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
+        return await self._run(lambda c: pipeline.sends(c, dlq_ids))
+
+    async def record(self, dlq_id: str) -> dict[str, Any] | None:
+        return await self._run(lambda c: pipeline.record(c, dlq_id))
+
+    async def status(self, now: float) -> dict[str, Any]:
+        return await self._run(lambda c: pipeline.status(c, now))
+
+    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """`work` in one transaction, on the store's thread, within commit_timeout."""
+
+        def transaction(connection: sqlite3.Connection) -> T:
+            with _transaction(connection):
+                return work(connection)
+
+        return await self._run(transaction, seconds=self._commit_timeout)
+
+    async def _run(
+        self, query: Callable[[sqlite3.Connection], T], *, seconds: float | None = None
+    ) -> T:
         loop = asyncio.get_running_loop()
         try:
             job = loop.run_in_executor(self._executor, query, self._connection)
-            return await asyncio.wait_for(job, self._read_timeout)
+            return await asyncio.wait_for(job, seconds or self._read_timeout)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"the store did not answer: {exc}") from None
         except TimeoutError:
@@ -265,6 +312,8 @@ def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
         # survive a process crash but could lose the last commits on power loss.
         connection.execute("PRAGMA synchronous = FULL")
         _migrate(connection)
+        with _transaction(connection):
+            pipeline.release_leases(connection)
     except BaseException:
         connection.close()
         raise

@@ -60,6 +60,22 @@ class CallRecord:
     error: str | None  # the error's reason, None on success
     seconds: float
 
+    @property
+    def outcome(self) -> str:
+        """The status code, or the error's reason when no answer came (a metric label)."""
+        return str(self.status) if self.status is not None else self.error or "error"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operation": self.operation,
+            "method": self.method,
+            "path": self.path,
+            "attempt": self.attempt,
+            "status": self.status,
+            "error": self.error,
+            "seconds": round(self.seconds, 6),
+        }
+
 
 class ServiceClient:
     """The five operations of the spec, plus QStash's read and add of URL Group endpoints."""
@@ -255,8 +271,8 @@ class ServiceClient:
             except httpx.TransportError as exc:
                 error = from_httpx(exc, operation=operation)
             else:
-                self.limiter.learn(server_limit(response.headers))
                 error = error_from_response(response, operation=operation, now=self._wall_clock())
+                self.limiter.learn(server_limit(response.headers), settled=error is None)
             self._record(operation, method, path, attempt, response, error, self._clock() - sent)
             if error is None:
                 assert response is not None

@@ -103,3 +103,29 @@ def test_pinned_rate_ignores_what_the_service_says() -> None:
     limiter = RateLimiter(10, pinned=True)
     limiter.learn(200)
     assert limiter.rate == 10
+
+
+async def test_probing_lets_one_call_out_until_the_service_has_answered() -> None:
+    """No rate known yet: the second call waits for the first answer, then the rate it
+    announced applies to everyone."""
+    time = FakeTime()
+    limiter = RateLimiter(probe=True, probe_timeout=30, clock=time.clock, sleep=time.sleep)
+    await limiter.acquire()
+    second = asyncio.create_task(limiter.acquire())
+    await asyncio.sleep(0.01)
+    assert not second.done()
+    limiter.learn(2)
+    await asyncio.wait_for(second, 1)
+    assert limiter.rate == 2
+
+
+async def test_a_probe_with_no_answer_lets_the_next_call_go_after_the_timeout() -> None:
+    limiter = RateLimiter(probe=True, probe_timeout=0.05)
+    await limiter.acquire()  # its call never answers (a connection error, say)
+    await asyncio.wait_for(limiter.acquire(), 1)
+    third = asyncio.create_task(limiter.acquire())
+    await asyncio.sleep(0.01)
+    assert not third.done()  # still probing: the second call is now the probe
+    limiter.learn(None)  # an answer with no limit: no limit, no more probing
+    await asyncio.wait_for(third, 1)
+    await asyncio.wait_for(limiter.acquire(), 1)

@@ -1,0 +1,100 @@
+"""The recovery pipeline: callbacks in the store's inbox become recovered workflow runs.
+
+    inbox (received) -> fetch.Fetcher: lease, GET the DLQ message, decide (decide.py)
+                     -> batcher.Batcher: batch, persist, bulk resume/restart, settle
+
+Every step is a state of the dlqId in the store (`daemon.store.records`), committed
+before the side effect that follows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from daemon.metrics import Metrics
+from daemon.pipeline.batcher import Batcher
+from daemon.pipeline.fetch import Fetcher
+from daemon.rules import BatchPolicy
+from daemon.rules.live import LiveRules
+from daemon.store import Store
+from daemon.upstream import ServiceClient
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The pipeline's knobs; the defaults suit production, tests make them short."""
+
+    workers: int = 4
+    chunk: int = 25
+    lease: float = 300.0
+    fetch_tries: int = 5
+    max_sends: int = 3
+    retry_base: float = 5.0  # seconds before a failed fetch or batch is looked at again
+    idle_poll: float = 1.0
+    housekeeping: float = 60.0
+    drain_timeout: float = 10.0
+
+
+class Pipeline:
+    def __init__(
+        self,
+        store: Store,
+        client: ServiceClient,
+        rules: LiveRules,
+        metrics: Metrics,
+        *,
+        dry_run: bool = False,
+        tuning: Tuning | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        tuning = tuning or Tuning()
+        self._tuning = tuning
+        self.batcher = Batcher(
+            store,
+            client,
+            metrics,
+            lambda name: _policy(rules, name),
+            max_sends=tuning.max_sends,
+            retry_base=tuning.retry_base,
+            housekeeping=tuning.housekeeping,
+            wall_clock=wall_clock,
+        )
+        self.fetcher = Fetcher(
+            store,
+            client,
+            rules,
+            metrics,
+            self.batcher.add,
+            dry_run=dry_run,
+            workers=tuning.workers,
+            chunk=tuning.chunk,
+            lease=tuning.lease,
+            max_tries=tuning.fetch_tries,
+            retry_base=tuning.retry_base,
+            idle_poll=tuning.idle_poll,
+            wall_clock=wall_clock,
+        )
+
+    def wake(self, dlq_id: str | None = None) -> None:
+        """A callback was stored (the receiver's `on_accepted`)."""
+        self.fetcher.wake()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Pipeline]:
+        """Both stages at work for the block; on exit, work under way is drained."""
+        drain = self._tuning.drain_timeout
+        async with self.batcher.running(drain), self.fetcher.running(drain):
+            yield self
+
+
+def _policy(rules: LiveRules, name: str) -> BatchPolicy:
+    rule = rules.current.rule(name)
+    if rule is not None and rule.batch is not None:
+        return rule.batch
+    return rules.current.default_batch
+
+
+__all__ = ["Pipeline", "Tuning"]

@@ -1,0 +1,179 @@
+"""Fetch and decide: workers lease received dlqIds, read each DLQ message and decide it.
+
+A worker leases a chunk of received dlqIds from the store, fetches their messages
+concurrently (the shared rate limiter paces them), decides each by the rules in force
+and settles the whole chunk in one commit; the decided ones go to the batcher. A lease
+expires, so a chunk held by a worker that died is taken again; settling checks the
+lease is still held, so a slow worker cannot overwrite another's work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import structlog
+
+from daemon.metrics import Metrics
+from daemon.pipeline.calls import recording
+from daemon.pipeline.decide import outcome_of
+from daemon.rules import facts
+from daemon.rules.live import LiveRules
+from daemon.store import Store, StoreUnavailable
+from daemon.store.records import Claimed, Outcome, Pending
+from daemon.upstream import NotFound, ServiceClient, ServiceError
+
+log = structlog.get_logger(__name__)
+
+
+class Fetcher:
+    def __init__(
+        self,
+        store: Store,
+        client: ServiceClient,
+        rules: LiveRules,
+        metrics: Metrics,
+        on_decided: Callable[[list[Pending]], None],
+        *,
+        dry_run: bool = False,
+        workers: int = 4,
+        chunk: int = 25,
+        lease: float = 300.0,
+        max_tries: int = 5,
+        retry_base: float = 5.0,
+        idle_poll: float = 1.0,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`lease` outlasts the client's retries of one fetch; a failed fetch is tried
+        again after `retry_base` * 2**(tries-1) seconds, `max_tries` times in all, then the
+        dlqId is `failed`. Idle workers look again every `idle_poll` seconds (retries come
+        due) or as soon as `wake` says a callback arrived."""
+        self._store = store
+        self._client = client
+        self._rules = rules
+        self._metrics = metrics
+        self._on_decided = on_decided
+        self._dry_run = dry_run
+        self._workers = workers
+        self._chunk = chunk
+        self._lease = lease
+        self._max_tries = max_tries
+        self._retry_base = retry_base
+        self._idle_poll = idle_poll
+        self._wall_clock = wall_clock
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+
+    def wake(self) -> None:
+        """A callback was stored: idle workers look now rather than at their next poll."""
+        self._wakeup.set()
+
+    @contextlib.asynccontextmanager
+    async def running(self, drain_timeout: float = 10.0) -> AsyncIterator[None]:
+        tasks = [
+            asyncio.create_task(self._work(), name="recoveryd-fetch") for _ in range(self._workers)
+        ]
+        try:
+            yield
+        finally:
+            # Let the chunks under way settle; a lease left behind is released at start.
+            self._stopping = True
+            self._wakeup.set()
+            _, late = await asyncio.wait(tasks, timeout=drain_timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _work(self) -> None:
+        failures = 0
+        while not self._stopping:
+            try:
+                busy = await self._one_chunk()
+            except StoreUnavailable as exc:
+                failures += 1
+                log.warning("fetch stage: store unavailable", error=str(exc))
+                await asyncio.sleep(min(30.0, 0.5 * 2**failures))  # never a hot loop
+                continue
+            failures = 0
+            if not busy:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._idle_poll):
+                        await self._wakeup.wait()
+                self._wakeup.clear()
+
+    async def _one_chunk(self) -> bool:
+        """Lease, fetch, decide and settle one chunk; False when there was nothing to do."""
+        claimed = await self._store.claim(self._owner, self._chunk, self._lease, self._wall_clock())
+        if not claimed:
+            return False
+        outcomes = await asyncio.gather(*(self._fetch(item) for item in claimed))
+        decided = await self._store.settle(self._owner, list(outcomes), self._wall_clock())
+        if decided:
+            self._on_decided(decided)
+        return True
+
+    async def _fetch(self, claimed: Claimed) -> Outcome:
+        dlq_id = claimed.dlq_id
+        with recording() as calls:
+            try:
+                message = await self._client.get_dlq_message(dlq_id)
+            except NotFound:
+                log.info("dlq message already gone", dlq_id=dlq_id)
+                return Outcome(dlq_id, "gone", reason="not in the DLQ", calls=tuple(calls))
+            except ServiceError as exc:
+                return self._fetch_failed(claimed, exc, tuple(calls))
+        ruleset = self._rules.current
+        known = facts(
+            message.model_dump(by_alias=True, exclude_none=True), self._client.header_prefix
+        )
+        decision = ruleset.decide(known)
+        for rule in decision.matched:
+            self._metrics.decisions.labels(rule.name, rule.action).inc()
+        if not decision.matched:
+            self._metrics.decisions.labels("", "none").inc()
+        outcome = outcome_of(
+            dlq_id,
+            decision,
+            ruleset,
+            known,
+            dry_run=self._dry_run,
+            header_prefix=self._client.header_prefix,
+            now=self._wall_clock(),
+            calls=tuple(calls),
+        )
+        log.info(
+            "decided",
+            dlq_id=dlq_id,
+            rule=outcome.rule,
+            action=outcome.action,
+            state=outcome.state,
+            matched=list(outcome.matched),
+            rules_sha256=ruleset.digest[:12],
+        )
+        return outcome
+
+    def _fetch_failed(
+        self, claimed: Claimed, error: ServiceError, calls: tuple[dict[str, object], ...]
+    ) -> Outcome:
+        reason = f"fetching the DLQ message failed: {error}"
+        if claimed.tries >= self._max_tries:
+            log.error("dlq message not fetched; giving up", dlq_id=claimed.dlq_id, reason=reason)
+            return Outcome(
+                claimed.dlq_id, "failed", reason=f"{reason} ({claimed.tries} tries)", calls=calls
+            )
+        delay = self._retry_base * 2 ** (claimed.tries - 1)
+        log.warning("dlq message not fetched; will try again", dlq_id=claimed.dlq_id,
+                    reason=reason, in_seconds=delay)  # fmt: skip
+        return Outcome(
+            claimed.dlq_id,
+            "received",
+            reason=reason,
+            retry_at=self._wall_clock() + delay,
+            calls=calls,
+        )

@@ -1,0 +1,81 @@
+"""What the store keeps about each dlqId on its way through the pipeline, and its batches.
+
+A dlqId moves through these states; each move is committed before the side effect that
+follows it, so a crash at any point leaves a state the next start can act on:
+
+    received -> decided -> batched -> done          (resume / restart)
+             -> gone | skipped | dry-run | failed   (final)
+    batched  -> decided (sent again, once its absence from the DLQ was ruled out) | failed
+
+`received` with a lease is being fetched; its lease expiring gives it to another worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+State = Literal["received", "decided", "batched", "done", "gone", "skipped", "failed", "dry-run"]
+STATES: tuple[State, ...] = (
+    "received", "decided", "batched", "done", "gone", "skipped", "failed", "dry-run"
+)  # fmt: skip
+FINAL: frozenset[State] = frozenset({"done", "gone", "skipped", "failed", "dry-run"})
+# Counted against a rule's budget: recoveries decided, under way or made.
+RECOVERING: tuple[State, ...] = ("decided", "batched", "done")
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A received dlqId leased to one fetch worker."""
+
+    dlq_id: str
+    tries: int  # fetch attempts, this one included
+
+
+@dataclass(frozen=True)
+class Budget:
+    """At most `max_recoveries` of one workflow run decided since `since` (Unix time)."""
+
+    max_recoveries: int
+    since: float
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one claimed dlqId: a new state, or `received` to be tried again at
+    `retry_at`. `calls` are the service calls made for it, as `CallRecord.to_json`."""
+
+    dlq_id: str
+    state: State
+    reason: str | None = None
+    rule: str | None = None
+    action: str | None = None
+    matched: tuple[str, ...] = ()
+    overrides: str | None = None  # canonical JSON of the rule's overrides
+    workflow_run_id: str | None = None
+    budget: Budget | None = None
+    retry_at: float | None = None
+    would: dict[str, Any] | None = None  # the call a dry run did not make
+    calls: tuple[dict[str, Any], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A decided dlqId waiting for its batch."""
+
+    dlq_id: str
+    action: str
+    overrides: str
+    rule: str
+    decided_at: float
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A persisted batch whose call has not been settled."""
+
+    id: int
+    action: str
+    overrides: str
+    dlq_ids: tuple[str, ...]
+    created_at: float

@@ -1,0 +1,332 @@
+"""The pipeline's statements over the SQLite store: leases, outcomes, batches, records.
+
+Plain functions of a connection, run by `SQLiteStore` on its thread inside a
+transaction (`_write`) or outside one (`_run`, reads). See `records.py` for the states.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from daemon.store.records import (
+    RECOVERING,
+    STATES,
+    BatchRecord,
+    Claimed,
+    Outcome,
+    Pending,
+)
+
+# What the pipeline adds to the schema of version 1 (migration 2, see sqlite.MIGRATIONS).
+SCHEMA = """
+    ALTER TABLE callbacks ADD COLUMN state TEXT NOT NULL DEFAULT 'received';
+    ALTER TABLE callbacks ADD COLUMN lease_owner TEXT;
+    ALTER TABLE callbacks ADD COLUMN lease_until REAL;
+    ALTER TABLE callbacks ADD COLUMN tries INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE callbacks ADD COLUMN sends INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE callbacks ADD COLUMN reason TEXT;
+    ALTER TABLE callbacks ADD COLUMN rule TEXT;
+    ALTER TABLE callbacks ADD COLUMN action TEXT;
+    ALTER TABLE callbacks ADD COLUMN matched TEXT;
+    ALTER TABLE callbacks ADD COLUMN overrides TEXT;
+    ALTER TABLE callbacks ADD COLUMN workflow_run_id TEXT;
+    ALTER TABLE callbacks ADD COLUMN would TEXT;
+    ALTER TABLE callbacks ADD COLUMN batch_ids TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE callbacks ADD COLUMN calls TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE callbacks ADD COLUMN history TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE callbacks ADD COLUMN decided_at REAL;
+    ALTER TABLE callbacks ADD COLUMN updated_at REAL;
+    CREATE INDEX callbacks_by_state ON callbacks (state, received_at);
+    CREATE INDEX callbacks_by_run ON callbacks (workflow_run_id, decided_at);
+    CREATE TABLE batches (
+        id INTEGER PRIMARY KEY,
+        action TEXT NOT NULL,
+        overrides TEXT NOT NULL,
+        state TEXT NOT NULL,
+        dlq_ids TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        settled_at REAL,
+        runs TEXT NOT NULL DEFAULT '[]',
+        calls TEXT NOT NULL DEFAULT '[]',
+        reason TEXT
+    );
+    CREATE INDEX batches_by_state ON batches (state);
+"""
+
+_HISTORY = "history = json_insert(history, '$[#]', json(:event))"
+
+
+def _event(state: str, at: float, **detail: Any) -> str:
+    return json.dumps({"state": state, "at": at, **{k: v for k, v in detail.items() if v}})
+
+
+def release_leases(connection: sqlite3.Connection) -> int:
+    """Free every lease: an SQLite store has one daemon, so at its start no worker holds
+    one (a crashed one's would otherwise wait out its expiry)."""
+    cursor = connection.execute(
+        "UPDATE callbacks SET lease_owner = NULL, lease_until = NULL "
+        "WHERE state = 'received' AND lease_owner IS NOT NULL"
+    )
+    return cursor.rowcount
+
+
+def claim(
+    connection: sqlite3.Connection, owner: str, limit: int, lease: float, now: float
+) -> list[Claimed]:
+    """Lease up to `limit` received dlqIds that are free (no lease, or one that expired,
+    or a retry that is due), oldest first."""
+    rows = connection.execute(
+        "UPDATE callbacks SET lease_owner = :owner, lease_until = :until, tries = tries + 1 "
+        "WHERE dlq_id IN (SELECT dlq_id FROM callbacks WHERE state = 'received' "
+        "  AND (lease_until IS NULL OR lease_until <= :now) ORDER BY received_at LIMIT :limit) "
+        "RETURNING dlq_id, tries",
+        {"owner": owner, "until": now + lease, "now": now, "limit": limit},
+    ).fetchall()
+    return [Claimed(dlq_id, tries) for dlq_id, tries in rows]
+
+
+def settle(
+    connection: sqlite3.Connection, owner: str, outcomes: Sequence[Outcome], now: float
+) -> list[Pending]:
+    """Record the outcomes of `owner`'s leases (ones it no longer holds are left alone);
+    a recovery over its rule's budget becomes `skipped`. The decided ones are returned."""
+    decided = []
+    for outcome in outcomes:
+        state, reason = outcome.state, outcome.reason
+        if state == "decided" and _over_budget(connection, outcome):
+            assert outcome.budget is not None
+            state = "skipped"
+            reason = (
+                f"budget: workflow run {outcome.workflow_run_id} already has "
+                f"{outcome.budget.max_recoveries} recoveries in the rule's window"
+            )
+        held = connection.execute(
+            "UPDATE callbacks SET state = :state, reason = :reason, rule = :rule, "
+            "action = :action, matched = :matched, overrides = :overrides, "
+            "workflow_run_id = :run, would = :would, "
+            "lease_owner = NULL, lease_until = :retry_at, "
+            "calls = :calls, "
+            "decided_at = CASE WHEN :rule IS NULL THEN decided_at ELSE :now END, "
+            f"updated_at = :now, {_HISTORY} "
+            "WHERE dlq_id = :dlq_id AND state = 'received' AND lease_owner = :owner",
+            {
+                "state": state,
+                "reason": reason,
+                "rule": outcome.rule,
+                "action": outcome.action,
+                "matched": json.dumps(outcome.matched) if outcome.matched else None,
+                "overrides": outcome.overrides,
+                "run": outcome.workflow_run_id,
+                "would": json.dumps(outcome.would) if outcome.would else None,
+                "retry_at": outcome.retry_at,
+                "calls": json.dumps(_calls(connection, outcome.dlq_id) + list(outcome.calls)),
+                "event": _event(state, now, reason=reason, rule=outcome.rule),
+                "now": now,
+                "dlq_id": outcome.dlq_id,
+                "owner": owner,
+            },
+        ).rowcount
+        if held and state == "decided":
+            assert outcome.action is not None
+            assert outcome.overrides is not None
+            assert outcome.rule is not None
+            decided.append(
+                Pending(outcome.dlq_id, outcome.action, outcome.overrides, outcome.rule, now)
+            )
+    return decided
+
+
+def _calls(connection: sqlite3.Connection, dlq_id: str) -> list[Any]:
+    row = connection.execute("SELECT calls FROM callbacks WHERE dlq_id = ?", (dlq_id,)).fetchone()
+    return list(json.loads(row[0])) if row else []
+
+
+def _over_budget(connection: sqlite3.Connection, outcome: Outcome) -> bool:
+    if outcome.budget is None or not outcome.workflow_run_id:
+        return False
+    marks = ", ".join("?" * len(RECOVERING))
+    (count,) = connection.execute(
+        f"SELECT count(*) FROM callbacks WHERE workflow_run_id = ? AND decided_at >= ? "
+        f"AND state IN ({marks}) AND dlq_id != ?",
+        (outcome.workflow_run_id, outcome.budget.since, *RECOVERING, outcome.dlq_id),
+    ).fetchone()
+    return bool(count >= outcome.budget.max_recoveries)
+
+
+def pending(connection: sqlite3.Connection) -> list[Pending]:
+    rows = connection.execute(
+        "SELECT dlq_id, action, overrides, rule, decided_at FROM callbacks "
+        "WHERE state = 'decided' ORDER BY decided_at, dlq_id"
+    ).fetchall()
+    return [Pending(*row) for row in rows]
+
+
+def open_batch(
+    connection: sqlite3.Connection,
+    action: str,
+    overrides: str,
+    dlq_ids: Sequence[str],
+    now: float,
+) -> BatchRecord | None:
+    """Persist a batch of those of `dlq_ids` still decided (a dlqId is in one batch at a
+    time); None when none is."""
+    cursor = connection.execute(
+        "INSERT INTO batches (action, overrides, state, dlq_ids, created_at) "
+        "VALUES (?, ?, 'pending', '[]', ?)",
+        (action, overrides, now),
+    )
+    batch_id = cursor.lastrowid
+    assert batch_id is not None
+    marks = ", ".join("?" * len(dlq_ids))
+    taken = [
+        dlq_id
+        for (dlq_id,) in connection.execute(
+            "UPDATE callbacks SET state = 'batched', sends = sends + 1, updated_at = ?, "
+            "batch_ids = json_insert(batch_ids, '$[#]', ?), "
+            "history = json_insert(history, '$[#]', json(?)) "
+            f"WHERE state = 'decided' AND dlq_id IN ({marks}) RETURNING dlq_id",
+            (now, batch_id, _event("batched", now, batch=batch_id), *dlq_ids),
+        )
+    ]
+    if not taken:
+        connection.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+        return None
+    ordered = [dlq_id for dlq_id in dlq_ids if dlq_id in set(taken)]
+    connection.execute(
+        "UPDATE batches SET dlq_ids = ? WHERE id = ?", (json.dumps(ordered), batch_id)
+    )
+    return BatchRecord(batch_id, action, overrides, tuple(ordered), now)
+
+
+def settle_batch(
+    connection: sqlite3.Connection,
+    batch_id: int,
+    *,
+    done: Iterable[str],
+    again: Iterable[str],
+    failed: Iterable[str],
+    reason: str | None,
+    runs: Sequence[dict[str, Any]],
+    calls: Sequence[dict[str, Any]],
+    now: float,
+) -> None:
+    """Close a batch: its dlqIds `done`, decided `again` (to be sent in a later batch),
+    or `failed` with `reason`."""
+    connection.execute(
+        "UPDATE batches SET state = 'settled', settled_at = ?, reason = ?, "
+        "runs = ?, calls = ? WHERE id = ?",
+        (now, reason, json.dumps(list(runs)), json.dumps(list(calls)), batch_id),
+    )
+    moves = (("done", done, None), ("decided", again, reason), ("failed", failed, reason))
+    for state, dlq_ids, why in moves:
+        connection.executemany(
+            "UPDATE callbacks SET state = :state, reason = :reason, updated_at = :now, "
+            f"{_HISTORY} WHERE dlq_id = :dlq_id AND state = 'batched'",
+            [
+                {
+                    "state": state,
+                    "reason": why,
+                    "now": now,
+                    "event": _event(state, now, batch=batch_id, reason=why),
+                    "dlq_id": dlq_id,
+                }
+                for dlq_id in dlq_ids
+            ],
+        )
+
+
+def unsettled_batches(connection: sqlite3.Connection) -> list[BatchRecord]:
+    rows = connection.execute(
+        "SELECT id, action, overrides, dlq_ids, created_at FROM batches "
+        "WHERE state = 'pending' ORDER BY id"
+    ).fetchall()
+    return [
+        BatchRecord(batch_id, action, overrides, tuple(json.loads(ids)), created_at)
+        for batch_id, action, overrides, ids, created_at in rows
+    ]
+
+
+def sends(connection: sqlite3.Connection, dlq_ids: Sequence[str]) -> dict[str, int]:
+    marks = ", ".join("?" * len(dlq_ids))
+    rows = connection.execute(
+        f"SELECT dlq_id, sends FROM callbacks WHERE dlq_id IN ({marks})", tuple(dlq_ids)
+    )
+    return dict(rows.fetchall())
+
+
+def record(connection: sqlite3.Connection, dlq_id: str) -> dict[str, Any] | None:
+    """Everything known about one dlqId, as `/api/v1/dlq/{dlqId}` answers it."""
+    row = connection.execute(
+        "SELECT dlq_id, state, reason, rule, action, matched, overrides, workflow_run_id, "
+        "would, tries, sends, batch_ids, calls, history, received_at, decided_at, updated_at "
+        "FROM callbacks WHERE dlq_id = ?",
+        (dlq_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    (dlq_id, state, reason, rule, action, matched, overrides, run, would, tries, sent,
+     batch_ids, calls, history, received_at, decided_at, updated_at) = row  # fmt: skip
+    batches = []
+    for batch_id in json.loads(batch_ids):
+        found = connection.execute(
+            "SELECT id, action, state, created_at, settled_at, reason, runs, calls, dlq_ids "
+            "FROM batches WHERE id = ?",
+            (batch_id,),
+        ).fetchone()
+        if found is not None:
+            number, kind, batch_state, created, settled, why, runs, batch_calls, ids = found
+            batches.append(
+                {
+                    "id": number,
+                    "action": kind,
+                    "state": batch_state,
+                    "size": len(json.loads(ids)),
+                    "createdAt": created,
+                    "settledAt": settled,
+                    "reason": why,
+                    "workflowRuns": json.loads(runs),
+                    "calls": json.loads(batch_calls),
+                }
+            )
+    return {
+        "dlqId": dlq_id,
+        "state": state,
+        "reason": reason,
+        "rule": rule,
+        "action": action,
+        "matchedRules": json.loads(matched) if matched else [],
+        "overrides": json.loads(overrides) if overrides else None,
+        "workflowRunId": run,
+        "wouldCall": json.loads(would) if would else None,
+        "fetchAttempts": tries,
+        "sends": sent,
+        "calls": json.loads(calls),
+        "batches": batches,
+        "history": json.loads(history),
+        "receivedAt": received_at,
+        "decidedAt": decided_at,
+        "updatedAt": updated_at,
+    }
+
+
+def status(connection: sqlite3.Connection, now: float) -> dict[str, Any]:
+    """Counts by state, batches not yet settled, and the age of the oldest dlqId not in
+    a final state."""
+    counts = dict.fromkeys(STATES, 0)
+    counts.update(
+        connection.execute("SELECT state, count(*) FROM callbacks GROUP BY state").fetchall()
+    )
+    (batches,) = connection.execute(
+        "SELECT count(*) FROM batches WHERE state = 'pending'"
+    ).fetchone()
+    (oldest,) = connection.execute(
+        "SELECT min(received_at) FROM callbacks WHERE state IN ('received', 'decided', 'batched')"
+    ).fetchone()
+    return {
+        "states": counts,
+        "pendingBatches": batches,
+        "oldestPendingSeconds": max(0.0, now - oldest) if oldest is not None else 0.0,
+    }

@@ -1,0 +1,115 @@
+"""The pipeline as its tests drive it: the emulator and recoveryd on loopback, the
+callbacks of seeded DLQ entries sent signed, and what both sides recorded read back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from daemon.emulator import create_app
+from daemon.serving import serve_in_thread
+from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd
+
+BULK_PATHS = ("/v2/workflows/dlq/resume", "/v2/workflows/dlq/restart")
+FINAL = ("done", "gone", "skipped", "failed", "dry-run")
+
+
+@dataclass
+class Harness:
+    recoveryd: Recoveryd
+    control: httpx.AsyncClient  # the emulator's control API
+
+    async def seed(self, messages: list[dict[str, Any]]) -> list[str]:
+        response = await self.control.post("/_emulator/dlq", json={"messages": messages})
+        response.raise_for_status()
+        ids: list[str] = response.json()["dlqIds"]
+        return ids
+
+    async def send_callbacks(self, dlq_ids: list[str]) -> None:
+        """The failure callback of each dlqId, signed, as the service sends it."""
+        for dlq_id in dlq_ids:
+            body = callback_json(dlq_id, "failure-callback-workflow.json")
+            response = await self.recoveryd.post(body)
+            assert response.status_code == 200, response.text
+
+    async def status(self) -> dict[str, Any]:
+        response = await self.recoveryd.admin.get("/api/v1/status")
+        response.raise_for_status()
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    async def settled(self, count: int, seconds: float = 30.0) -> dict[str, int]:
+        """Wait until `count` dlqIds are all in a final state; the counts by state."""
+        async with asyncio.timeout(seconds):
+            while True:
+                states: dict[str, int] = (await self.status())["states"]
+                if sum(states[state] for state in FINAL) >= count:
+                    return {state: n for state, n in states.items() if n}
+                await asyncio.sleep(0.05)
+
+    async def record(self, dlq_id: str) -> dict[str, Any]:
+        response = await self.recoveryd.admin.get(f"/api/v1/dlq/{dlq_id}")
+        response.raise_for_status()
+        found: dict[str, Any] = response.json()
+        return found
+
+    async def journal(self) -> list[dict[str, Any]]:
+        calls: list[dict[str, Any]] = (await self.control.get("/_emulator/journal")).json()
+        return calls
+
+    async def bulk_calls(self) -> list[dict[str, Any]]:
+        """The bulk resume/restart calls the emulator answered, in order."""
+        return [call for call in await self.journal() if call["path"] in BULK_PATHS]
+
+    async def runs(self) -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = (await self.control.get("/_emulator/runs")).json()
+        return runs
+
+    async def fault(self, **fault: Any) -> None:
+        (await self.control.post("/_emulator/faults", json=fault)).raise_for_status()
+
+
+def dlq_ids_of(call: dict[str, Any]) -> list[str]:
+    return [value for name, value in call["query"] if name == "dlqIds"]
+
+
+def sent_per_dlq_id(calls: list[dict[str, Any]]) -> Counter[str]:
+    """How many answered-200 bulk calls named each dlqId."""
+    return Counter(dlq_id for call in calls if call["status"] == 200 for dlq_id in dlq_ids_of(call))
+
+
+@contextlib.asynccontextmanager
+async def harness(
+    tmp_path: Path, rules: str, *, emulator: dict[str, Any] | None = None, **options: Any
+) -> AsyncIterator[Harness]:
+    """The emulator (runs are recorded, not executed) and recoveryd with `rules` (the
+    text of a rules file); `options` go to `running_recoveryd`."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(rules)
+    config = emulator_config(execute_runs=False, **(emulator or {}))
+    # The emulator on its own thread and loop, as the service is another machine: sharing
+    # recoveryd's loop would delay its arrivals by recoveryd's work, and the rate limit
+    # is counted at arrival.
+    with serve_in_thread(create_app(config)) as service_url:
+        async with _recoveryd(tmp_path, service_url, path, options) as harnessed:
+            yield harnessed
+
+
+@contextlib.asynccontextmanager
+async def _recoveryd(
+    tmp_path: Path, service_url: str, rules: Path, options: dict[str, Any]
+) -> AsyncIterator[Harness]:
+    async with (
+        httpx.AsyncClient(base_url=service_url, timeout=30) as control,
+        running_recoveryd(
+            tmp_path, SERVICE_URL=service_url, RULES=str(rules), **options
+        ) as recoveryd,
+    ):
+        yield Harness(recoveryd, control)

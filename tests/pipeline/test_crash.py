@@ -1,0 +1,90 @@
+"""SIGKILL while a large batch's call is in flight, then a restart: every dlqId ends done,
+nothing is lost, and no run is resumed twice."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from daemon.emulator import create_app
+from daemon.serving import serve_in_thread
+from tests.pipeline.support import BULK_PATHS, dlq_ids_of
+from tests.processes import Served, serving
+from tests.support import callback_json, emulator_config, signed, workflows
+
+RULES = """\
+version: 1
+rules:
+  - name: resume-all
+    match: {workflow: true}
+    action: resume
+    batch: {maxSize: 50, maxWait: 5s}
+"""
+
+
+def status(served: Served) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5).json()
+    return answer
+
+
+def wait_for(condition: Any, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    config = emulator_config(execute_runs=False)
+    with (
+        serve_in_thread(create_app(config)) as service_url,
+        httpx.Client(base_url=service_url, timeout=10) as control,
+    ):
+        seeded = control.post("/_emulator/dlq", json={"messages": workflows(120)})
+        dlq_ids: list[str] = seeded.json()["dlqIds"]
+        # The first bulk call (the first 50, flushed full) takes its time: the kill comes
+        # while it is in flight.
+        fault = {"kind": "latency", "seconds": 3, "times": 1, "paths": ["/v2/workflows/"]}
+        control.post("/_emulator/faults", json=fault).raise_for_status()
+        settings = {"SERVICE_URL": service_url, "RULES": str(rules)}
+
+        with serving(tmp_path, **settings) as served:
+            for dlq_id in dlq_ids:
+                body = callback_json(dlq_id, "failure-callback-workflow.json")
+                response = httpx.post(f"{served.url}/callbacks", content=body,
+                                      headers=signed(body), timeout=10)  # fmt: skip
+                assert response.status_code == 200
+            wait_for(lambda: status(served)["pendingBatches"] >= 1)
+            time.sleep(0.2)  # the call is out, and the emulator is holding it
+            exit_status, _ = served.stop(signal.SIGKILL)
+        assert exit_status == -signal.SIGKILL
+        time.sleep(3)  # the emulator carries the call out, for no one
+
+        with serving(tmp_path, **settings) as served:
+            wait_for(lambda: status(served)["states"]["done"] == 120)
+            final = status(served)
+            killed = httpx.get(f"{served.admin_url}/api/v1/dlq/{dlq_ids[0]}").json()
+            served.stop()
+
+        runs = control.get("/_emulator/runs").json()
+        journal = control.get("/_emulator/journal").json()
+
+    assert final["pendingBatches"] == 0
+    assert {state: n for state, n in final["states"].items() if n} == {"done": 120}
+    assert Counter(run["sourceDlqId"] for run in runs) == Counter(dict.fromkeys(dlq_ids, 1))
+    sent = Counter(
+        dlq_id for call in journal if call["path"] in BULK_PATHS for dlq_id in dlq_ids_of(call)
+    )
+    assert sent == Counter(dict.fromkeys(dlq_ids, 1))  # checked with GETs, never re-sent
+    [batch] = killed["batches"]
+    assert batch["reason"] == "the call's outcome was not recorded"
+    assert [event["state"] for event in killed["history"]] == ["decided", "batched", "done"]

@@ -1,0 +1,116 @@
+"""Upstream trouble: failed fetches and bulk calls end in a final state with the reason,
+calls of unknown outcome are checked before anything is sent again, and under 5xx,
+timeouts, dropped connections and 429 bursts the call rate stays under the limit."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from tests.pipeline.support import harness, sent_per_dlq_id
+from tests.support import workflows
+
+RESUME_ALL = """\
+version: 1
+rules:
+  - name: resume-all
+    match: {workflow: true}
+    action: resume
+    batch: {maxSize: 10, maxWait: 100ms}
+"""
+
+
+async def test_a_message_that_cannot_be_fetched_fails_with_the_reason(tmp_path: Path) -> None:
+    async with harness(tmp_path, RESUME_ALL) as h:
+        [dlq_id] = await h.seed(workflows(1))
+        await h.fault(kind="status", status=500, times=1000, paths=["/v2/dlq/"])
+        await h.send_callbacks([dlq_id])
+
+        assert await h.settled(1) == {"failed": 1}
+
+        record = await h.record(dlq_id)
+        assert record["reason"].startswith("fetching the DLQ message failed")
+        assert record["reason"].endswith("(5 tries)")
+        assert record["fetchAttempts"] == 5
+        # Each try is the client's retries (4 attempts), and tries are spaced by backoff.
+        assert len(record["calls"]) == 20
+        assert {call["status"] for call in record["calls"]} == {500}
+        await h.recoveryd.admin.get("/metrics")
+        assert h.recoveryd.metric("recoveryd_dlq_ids", state="failed") == 1
+
+
+async def test_a_bulk_call_the_service_rejects_fails_its_dlq_ids(tmp_path: Path) -> None:
+    async with harness(tmp_path, RESUME_ALL) as h:
+        dlq_ids = await h.seed(workflows(3))
+        await h.fault(kind="status", status=400, times=1, paths=["/v2/workflows/"])
+        await h.send_callbacks(dlq_ids)
+
+        assert await h.settled(3) == {"failed": 3}
+
+        record = await h.record(dlq_ids[0])
+        assert record["reason"].startswith("the service rejected the call")
+        assert [call["status"] for call in record["batches"][0]["calls"]] == [400]
+
+
+async def test_a_bulk_call_of_unknown_outcome_is_checked_before_it_is_sent_again(
+    tmp_path: Path,
+) -> None:
+    """Every attempt answered 503: the dlqIds are looked up, found still in the DLQ,
+    and sent once more, which succeeds."""
+    async with harness(tmp_path, RESUME_ALL) as h:
+        dlq_ids = await h.seed(workflows(4))
+        await h.fault(kind="status", status=503, times=4, paths=["/v2/workflows/"])
+        await h.send_callbacks(dlq_ids)
+
+        assert await h.settled(4) == {"done": 4}
+
+        journal = await h.journal()
+        lookups = Counter(call["path"] for call in journal if call["method"] == "GET")
+        assert all(lookups[f"/v2/dlq/{dlq_id}"] == 2 for dlq_id in dlq_ids)  # fetch + check
+        assert sent_per_dlq_id(journal) == Counter(dict.fromkeys(dlq_ids, 1))
+        record = await h.record(dlq_ids[0])
+        assert record["sends"] == 2
+        assert [event["state"] for event in record["history"]] == [
+            "decided", "batched", "decided", "batched", "done"
+        ]  # fmt: skip
+
+
+async def test_a_timed_out_bulk_call_creates_each_run_once(tmp_path: Path) -> None:
+    """The service carries the call out after the client gave up on it: the retry finds
+    the entries gone, and no run is made twice."""
+    async with harness(tmp_path, RESUME_ALL, http_timeout=0.3) as h:
+        dlq_ids = await h.seed(workflows(5))
+        await h.fault(kind="latency", seconds=0.6, times=1, paths=["/v2/workflows/"])
+        await h.send_callbacks(dlq_ids)
+
+        assert await h.settled(5) == {"done": 5}
+
+        sources = Counter(run["sourceDlqId"] for run in await h.runs())
+        assert sources == Counter(dict.fromkeys(dlq_ids, 1))
+
+
+async def test_under_every_kind_of_fault_all_settle_within_the_rate_limit(
+    tmp_path: Path,
+) -> None:
+    async with harness(
+        tmp_path, RESUME_ALL, emulator={"max_requests_per_second": 20}, http_timeout=0.3
+    ) as h:
+        dlq_ids = await h.seed(workflows(60))
+        for fault in (
+            {"kind": "status", "status": 503, "times": 6},
+            {"kind": "rate_limit", "times": 5, "retryAfter": 0.2},
+            {"kind": "latency", "seconds": 0.5, "times": 3},
+            {"kind": "drop", "times": 3},
+            {"kind": "status", "status": 502, "times": 3, "paths": ["/v2/workflows/"]},
+        ):
+            await h.fault(**fault)
+        await h.send_callbacks(dlq_ids)
+
+        states = await h.settled(60, seconds=60)
+
+        assert states == {"done": 60}
+        sources = Counter(run["sourceDlqId"] for run in await h.runs())
+        assert sources == Counter(dict.fromkeys(dlq_ids, 1))
+        stats = (await h.control.get("/_emulator/stats")).json()
+        assert stats["max_requests_in_window"] <= 20
+        assert stats["rate_limited"] == 5  # the 5 injected: none was earned

@@ -1,0 +1,81 @@
+"""`recoveryd serve` as a separate process, on free loopback ports, as the tests run it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.support import daemon_env
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen[str]
+    url: str
+    admin_url: str
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> tuple[int, str]:
+        """Send `sig`, wait for the exit; the exit status and everything it logged."""
+        self.process.send_signal(sig)
+        _, logs = self.process.communicate(timeout=30)
+        return self.process.returncode, logs
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def environ(tmp_path: Path, **settings: str) -> dict[str, str]:
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
+    return inherited | daemon_env(tmp_path, **settings)
+
+
+def run(environ: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "daemon", "serve"],
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
+    """`recoveryd serve` on free loopback ports, once /healthz answers; killed at the end."""
+    port, admin_port = free_port(), free_port()
+    settings = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"} | settings
+    process = run(environ(tmp_path, **settings))
+    served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}")
+    try:
+        wait_until_healthy(served)
+        yield served
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+
+
+def wait_until_healthy(served: Served) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if served.process.poll() is not None:
+            raise AssertionError(f"serve exited: {served.process.communicate()[1]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError("serve did not become healthy")
