@@ -32,6 +32,11 @@ def status(served: Served) -> dict[str, Any]:
     return answer
 
 
+def journal_of(control: httpx.Client) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = control.get("/_emulator/journal").json()
+    return calls
+
+
 def wait_for(condition: Any, seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -53,7 +58,7 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
         dlq_ids: list[str] = seeded.json()["dlqIds"]
         # The first bulk call (the first 50, flushed full) takes its time: the kill comes
         # while it is in flight.
-        fault = {"kind": "latency", "seconds": 3, "times": 1, "paths": ["/v2/workflows/"]}
+        fault = {"kind": "latency", "seconds": 8, "times": 1, "paths": ["/v2/workflows/"]}
         control.post("/_emulator/faults", json=fault).raise_for_status()
         settings = {"SERVICE_URL": service_url, "RULES": str(rules)}
 
@@ -67,7 +72,8 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
             time.sleep(0.2)  # the call is out, and the emulator is holding it
             exit_status, _ = served.stop(signal.SIGKILL)
         assert exit_status == -signal.SIGKILL
-        time.sleep(3)  # the emulator carries the call out, for no one
+        # The emulator carries the held call out, for no one.
+        wait_for(lambda: any(call.get("fault") == "latency" for call in journal_of(control)))
 
         with serving(tmp_path, **settings) as served:
             wait_for(lambda: status(served)["states"]["done"] == 120)
@@ -76,7 +82,7 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
             served.stop()
 
         runs = control.get("/_emulator/runs").json()
-        journal = control.get("/_emulator/journal").json()
+        journal = journal_of(control)
 
     assert final["pendingBatches"] == 0
     assert {state: n for state, n in final["states"].items() if n} == {"done": 120}
