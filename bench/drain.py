@@ -1,0 +1,585 @@
+"""How fast `recoveryd serve` drains a workflow DLQ backlog under the service's rate limit.
+
+The emulator (its own process, enforcing `--rate` requests per second) is seeded with
+`--entries` workflow DLQ entries, and recoveryd (its own process, one rule: resume every
+workflow run, batches of 50 within 1 s) is sent their signed failure callbacks as fast as
+a few connections carry them. The clock starts at the first callback and stops when
+recoveryd's status counts every dlqId `done`. recoveryd must make one GET per dlqId and
+one bulk resume per 50, so no client can finish before (N + ceil(N/50)) / rate seconds.
+
+The baseline, in the same run against the same emulator (reset): a loop of 8 workers
+that GETs each dlqId and resumes it with its own call, through the same ServiceClient,
+whose rate limiter learns the limit from the answers as recoveryd's does. It needs
+2N calls. It drains `--naive-entries` (fewer than `--entries` by default, to keep the
+run short): its per-run figures are measured, its drain time for `--entries` is scaled.
+
+Every figure of calls comes from the emulator's journal and stats, every resumed run
+is checked against the seeded dlqIds, or the run fails with status 1.
+Targets: drain rate >= 90% of the theoretical limit, < 1.05 upstream calls per
+recovered run, zero 429s once the limit is known (counted: every 429).
+Run: python -m bench.drain [--entries N] [--rate N] [--naive-entries N] [--skip-naive]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.ingest import log_problems
+from bench.options import positive_int
+from bench.servers import HOST, Server, ServerError, _running, free_port, log_tail
+from daemon.emulator.signing import sign
+from daemon.upstream import (
+    MAX_BULK,
+    Credentials,
+    CredentialsHolder,
+    RateLimiter,
+    ServiceClient,
+)
+
+SAMPLE = (
+    Path(__file__).resolve().parent.parent / "tests/testdata/samples/failure-callback-workflow.json"
+)
+TOKEN = "tok_bench_drain"
+SIGNING_KEY = "bench-signing-key-0123456789abcdef"  # the daemon wants at least 32 bytes
+ISSUER = "Service"
+RULES = """\
+version: 1
+rules:
+  - name: resume-workflows
+    match: {workflow: true}
+    action: resume
+    batch: {maxSize: 50, maxWait: 1s}
+"""
+GET_PREFIX = "/v2/dlq/"
+BULK_PATH = "/v2/workflows/dlq/resume"
+SEED_CHUNK = 1_000
+POSTERS = 8  # concurrent callback senders: ingest is far faster than the drain
+NAIVE_WORKERS = 8
+POLL = 0.2  # seconds between looks at recoveryd's status
+TARGET_SHARE = 0.90
+TARGET_CALLS_PER_RUN = 1.05
+
+# `recoveryd emulator` has no setting that turns run execution off: each resumed run
+# would be delivered to its workflow URL and, failing, dead-lettered again, work that is
+# not part of the drain and competes with it for the emulator's CPU. So it is started as
+# the command starts it, with runs recorded only (as the pipeline tests do), and without
+# an access log line per call.
+_EMULATOR_MAIN = """\
+import dataclasses
+import sys
+
+from daemon.emulator import EmulatorConfig, create_app
+from daemon.serving import run_until_stopped
+config = dataclasses.replace(EmulatorConfig.from_env(), execute_runs=False)
+run_until_stopped(create_app(config), sys.argv[1], int(sys.argv[2]), log_level="warning")
+"""
+
+
+class BenchmarkError(Exception):
+    """The drain did not end as it must (a dlqId not resumed, or resumed twice)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    entries: int
+    rate: int
+    naive_entries: int
+    skip_naive: bool
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One client's drain of `entries` dlqIds, as the emulator saw it."""
+
+    name: str
+    entries: int
+    required_calls: int  # the fewest calls this way of draining can make
+    rate: int
+    seconds: float
+    gets: int
+    bulks: int
+    others: int
+    rate_limited: int
+    rate_limited_by_second: Counter[int]
+
+    @property
+    def calls(self) -> int:
+        return self.gets + self.bulks + self.others
+
+    @property
+    def calls_per_run(self) -> float:
+        return self.calls / self.entries
+
+    @property
+    def minimum_seconds(self) -> float:
+        return self.required_calls / self.rate
+
+    @property
+    def share(self) -> float:
+        """The drain rate as a share of what the limit allows: minimum / actual time."""
+        return self.minimum_seconds / self.seconds
+
+
+# The processes.
+
+
+@contextlib.contextmanager
+def emulator_server(workdir: Path, rate: int) -> Iterator[Server]:
+    """The emulator enforcing `rate` requests per second, runs recorded but not executed."""
+    port = free_port()
+    # Every credential set, so that none is generated and printed to its log.
+    settings = {
+        "EMULATOR_TOKEN": TOKEN,
+        "EMULATOR_PASSWORD": "pw_bench_drain",
+        "EMULATOR_SIGNING_KEY_CURRENT": SIGNING_KEY,
+        "EMULATOR_SIGNING_KEY_NEXT": SIGNING_KEY[::-1],
+        "EMULATOR_MAX_RPS": str(rate),
+    }
+    command = [sys.executable, "-c", _EMULATOR_MAIN, HOST, str(port)]
+    with _running("emulator", command, port, workdir, "/_emulator/stats", settings) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def recoveryd_server(workdir: Path, service_url: str) -> Iterator[Server]:
+    """`recoveryd serve` as shipped (production pipeline tuning), with the one-rule file."""
+    rules = workdir / "rules.yaml"
+    rules.write_text(RULES)
+    port, admin_port = free_port(), free_port()
+    settings = {
+        "RECOVERYD_SERVICE_URL": service_url,
+        "RECOVERYD_RULES": str(rules),
+        "RECOVERYD_TOKEN": TOKEN,
+        "RECOVERYD_SIGNING_KEY_CURRENT": SIGNING_KEY,
+        "RECOVERYD_LISTEN": f"{HOST}:{port}",
+        "RECOVERYD_ADMIN_LISTEN": f"{HOST}:{admin_port}",
+        "RECOVERYD_STORE": f"sqlite:///{workdir / 'recoveryd.db'}",
+        "RECOVERYD_LOG_FORMAT": "json",
+    }
+    command = [sys.executable, "-m", "daemon", "serve"]
+    with _running(
+        "recoveryd serve", command, port, workdir, "/readyz", settings, admin_port
+    ) as server:
+        yield server
+
+
+def url_of(server: Server, port: int | None = None) -> str:
+    return f"http://{server.host}:{port or server.port}"
+
+
+# The emulator's side: seed, then read back what happened.
+
+
+async def seed(control: httpx.AsyncClient, count: int) -> list[str]:
+    """`count` workflow DLQ entries, in chunks so that no request is huge."""
+    dlq_ids: list[str] = []
+    for start in range(0, count, SEED_CHUNK):
+        messages = [
+            {"url": "https://app.example.com/wf", "workflowRunId": f"wfr_{i}"}
+            for i in range(start, min(count, start + SEED_CHUNK))
+        ]
+        response = await control.post("/_emulator/dlq", json={"messages": messages})
+        response.raise_for_status()
+        dlq_ids += response.json()["dlqIds"]
+    return dlq_ids
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the emulator recorded of one drain."""
+
+    journal: list[dict[str, Any]]
+    stats: dict[str, int]
+    runs: list[dict[str, Any]]
+
+    def count(self) -> Counter[str]:
+        """Service calls by kind: get, bulk or other."""
+        return Counter(_kind(call) for call in self.journal)
+
+    def rate_limited_by_second(self) -> Counter[int]:
+        """429s by the emulator's one-second window, 0 being the window of the first call:
+        the client learns the limit from the first answers, inside window 0."""
+        first = math.floor(min(call["at"] for call in self.journal))
+        return Counter(
+            math.floor(call["at"]) - first for call in self.journal if call["status"] == 429
+        )
+
+    def tightest(self, count: int) -> tuple[float, float]:
+        """The shortest time in which `count` calls arrived, and when (from the first call).
+        Under one second, they could not all fit in one second of the limit."""
+        arrivals = sorted(call["at"] for call in self.journal)
+        span, start = min(
+            (arrivals[i + count - 1] - arrivals[i], arrivals[i])
+            for i in range(len(arrivals) - count + 1)
+        )
+        return span, start - arrivals[0]
+
+    def bulk_sizes(self) -> list[int]:
+        return [
+            sum(name == "dlqIds" for name, _ in call["query"])
+            for call in self.journal
+            if _kind(call) == "bulk" and call["status"] == 200
+        ]
+
+
+def _kind(call: dict[str, Any]) -> str:
+    if call["method"] == "GET" and call["path"].startswith(GET_PREFIX):
+        return "get"
+    return "bulk" if call["path"] == BULK_PATH else "other"
+
+
+async def read_back(control: httpx.AsyncClient) -> Seen:
+    async def get(path: str) -> Any:
+        return (await control.get(f"/_emulator/{path}")).raise_for_status().json()
+
+    return Seen(await get("journal"), await get("stats"), await get("runs"))
+
+
+def check_runs(name: str, seen: Seen, dlq_ids: Sequence[str]) -> None:
+    """Every seeded dlqId resumed exactly once, and nothing else."""
+    sources = Counter(run["sourceDlqId"] for run in seen.runs)
+    twice = sum(1 for count in sources.values() if count > 1)
+    missing = len(set(dlq_ids) - set(sources))
+    extra = len(set(sources) - set(dlq_ids))
+    if twice or missing or extra or any(run["mode"] != "resume" for run in seen.runs):
+        raise BenchmarkError(
+            f"{name}: {len(seen.runs):,} runs for {len(dlq_ids):,} dlqIds: {missing} not "
+            f"resumed, {twice} resumed more than once, {extra} not seeded"
+        )
+
+
+def drain_of(
+    name: str, seen: Seen, entries: int, required: int, rate: int, seconds: float
+) -> Drain:
+    kinds = seen.count()
+    return Drain(
+        name=name,
+        entries=entries,
+        required_calls=required,
+        rate=rate,
+        seconds=seconds,
+        gets=kinds["get"],
+        bulks=kinds["bulk"],
+        others=kinds["other"],
+        rate_limited=seen.stats["rate_limited"],
+        rate_limited_by_second=seen.rate_limited_by_second(),
+    )
+
+
+# recoveryd's drain.
+
+
+class Callbacks:
+    """The workflow failure callback sample, with each dlqId, signed as the service signs
+    (daemon.emulator.signing) just before it is sent: tokens live 300 s."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._sample = json.loads(SAMPLE.read_text())
+
+    def request(self, dlq_id: str) -> tuple[bytes, dict[str, str]]:
+        body = json.dumps(self._sample | {"dlqId": dlq_id}).encode()
+        signature = sign(body, url=self._url, key=SIGNING_KEY, issuer=ISSUER, now=time.time())
+        return body, {"Content-Type": "application/json", f"{ISSUER}-Signature": signature}
+
+
+async def post_callbacks(url: str, dlq_ids: Sequence[str]) -> float:
+    """Each dlqId's callback, POSTERS at a time; each must be accepted. The wall-clock
+    time the last one was."""
+    callbacks = Callbacks(f"{url}/callbacks")
+    todo = iter(dlq_ids)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+
+        async def poster() -> None:
+            for dlq_id in todo:
+                body, headers = callbacks.request(dlq_id)
+                response = await http.post("/callbacks", content=body, headers=headers)
+                if response.status_code != 200:
+                    raise BenchmarkError(
+                        f"callback {dlq_id}: {response.status_code} {response.text}"
+                    )
+
+        await asyncio.gather(*(poster() for _ in range(POSTERS)))
+    return time.time()
+
+
+async def wait_done(admin_url: str, count: int) -> dict[str, int]:
+    """Poll recoveryd's status until `count` dlqIds are done; its counts by state then."""
+    async with httpx.AsyncClient(base_url=admin_url, timeout=30) as admin:
+        while True:
+            states: dict[str, int] = (await admin.get("/api/v1/status")).json()["states"]
+            if states["done"] >= count:
+                return states
+            await asyncio.sleep(POLL)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Where recoveryd's drain time went: seconds from the first callback sent, on the
+    wall clock, which the emulator's journal uses too."""
+
+    first_call: float
+    callbacks_accepted: float
+    last_get: float
+    last_bulk: float
+    done_seen: float
+
+    @classmethod
+    def of(cls, seen: Seen, started: float, posted: float, seconds: float) -> Timeline:
+        def last(kind: str) -> float:
+            at: float = max(call["at"] for call in seen.journal if _kind(call) == kind)
+            return at - started
+
+        first: float = min(call["at"] for call in seen.journal)
+        return cls(first - started, posted - started, last("get"), last("bulk"), seconds)
+
+
+async def send_and_wait(recoveryd: Server, dlq_ids: Sequence[str], rate: int) -> float:
+    """Send the callbacks while polling recoveryd's status until every dlqId is done;
+    the wall-clock time the last callback was accepted. Whichever fails first ends the
+    wait: a refused callback need not wait for the timeout, three times what the GETs
+    alone need at `rate`, and 30 s."""
+    timeout = 30 + 3 * len(dlq_ids) / rate
+    posting = asyncio.create_task(post_callbacks(url_of(recoveryd), dlq_ids))
+    waiting = asyncio.create_task(wait_done(url_of(recoveryd, recoveryd.admin_port), len(dlq_ids)))
+    done, late = await asyncio.wait(
+        {posting, waiting}, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
+    )
+    for task in late:
+        task.cancel()
+    for task in done:
+        task.result()  # raises what failed
+    if late:
+        raise BenchmarkError(f"recoveryd had not drained after {timeout:.0f} s")
+    states = waiting.result()
+    if states["done"] != len(dlq_ids) or sum(states.values()) != len(dlq_ids):
+        raise BenchmarkError(f"recoveryd ended with {states}")
+    return posting.result()
+
+
+async def drain_recoveryd(
+    control: httpx.AsyncClient, recoveryd: Server, options: Options
+) -> tuple[Drain, Seen, Timeline]:
+    dlq_ids = await seed(control, options.entries)
+    required = options.entries + math.ceil(options.entries / MAX_BULK)
+    # Wall clock, as the emulator's journal timestamps are: the timeline compares them.
+    started = time.time()
+    posted = await send_and_wait(recoveryd, dlq_ids, options.rate)
+    seconds = time.time() - started
+    seen = await read_back(control)
+    check_runs("recoveryd", seen, dlq_ids)
+    drain = drain_of("recoveryd", seen, options.entries, required, options.rate, seconds)
+    return drain, seen, Timeline.of(seen, started, posted, seconds)
+
+
+# The naive baseline.
+
+
+async def drain_naive(control: httpx.AsyncClient, url: str, options: Options) -> Drain:
+    """GET each dlqId, then resume it alone, NAIVE_WORKERS at a time, through a
+    ServiceClient whose limiter learns the limit from the answers (recoveryd's defaults)."""
+    (await control.post("/_emulator/reset")).raise_for_status()
+    dlq_ids = await seed(control, options.naive_entries)
+    todo = iter(dlq_ids)
+    async with httpx.AsyncClient(timeout=10) as http:
+        client = ServiceClient(
+            http,
+            base_url=url,
+            credentials=CredentialsHolder(Credentials(TOKEN)),
+            limiter=RateLimiter(),
+        )
+
+        async def worker() -> None:
+            for dlq_id in todo:
+                await client.get_dlq_message(dlq_id)
+                await client.bulk("resume", dlq_ids=[dlq_id])
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(NAIVE_WORKERS)))
+        seconds = time.monotonic() - started
+    seen = await read_back(control)
+    check_runs("naive", seen, dlq_ids)
+    required = 2 * options.naive_entries
+    return drain_of("naive", seen, options.naive_entries, required, options.rate, seconds)
+
+
+# The report.
+
+
+_ROW = "{:<10} {:>7} {:>7} {:>6} {:>5} {:>9} {:>8} {:>7} {:>8} {:>5}"
+
+
+def print_table(drains: Sequence[Drain]) -> None:
+    print()
+    print(_ROW.format("", "entries", "GET", "bulk", "other", "calls/run", "drain s", "min s",
+                      "of limit", "429s"))  # fmt: skip
+    for d in drains:
+        print(_ROW.format(
+            d.name, f"{d.entries:,}", f"{d.gets:,}", f"{d.bulks:,}", f"{d.others:,}",
+            f"{d.calls_per_run:.3f}", f"{d.seconds:.1f}", f"{d.minimum_seconds:.1f}",
+            f"{d.share:.1%}", f"{d.rate_limited:,}",
+        ))  # fmt: skip
+    print(
+        "(calls: every service call the emulator answered, 429s included; min s: the fewest "
+        "calls that way of draining needs, at the limit; of limit: min s / drain s)"
+    )
+    for d in drains:
+        if d.rate_limited:
+            seconds = ", ".join(
+                f"{n} in second {s}" for s, n in sorted(d.rate_limited_by_second.items())
+            )
+            print(f"{d.name} 429s: {seconds} (0: the emulator's second of the first call)")
+
+
+def print_details(drain: Drain, seen: Seen, timeline: Timeline) -> None:
+    """What explains recoveryd's share of the limit."""
+    sizes = seen.bulk_sizes()
+    steady = drain.calls / (timeline.last_bulk - timeline.first_call)
+    print(
+        f"\nrecoveryd timeline (s after the first callback sent): first service call "
+        f"{timeline.first_call:.2f}, every callback accepted {timeline.callbacks_accepted:.2f}, "
+        f"last GET {timeline.last_get:.2f}, last bulk call {timeline.last_bulk:.2f}, "
+        f"all done seen {timeline.done_seen:.2f}"
+    )
+    print(
+        f"recoveryd between its first and last call: {steady:.1f} calls/s "
+        f"({steady / drain.rate:.1%} of the limit); busiest emulator second: "
+        f"{seen.stats['max_requests_in_window']} calls; bulk calls carried "
+        f"{sum(sizes) / len(sizes):.1f} dlqIds on average ({min(sizes)} to {max(sizes)})"
+    )
+    if len(seen.journal) > drain.rate:
+        span, at = seen.tightest(drain.rate + 1)
+        print(
+            f"recoveryd's {drain.rate + 1} closest calls arrived within {span:.3f} s "
+            f"(from {at:.1f} s after its first call); its limiter starts at most "
+            f"{drain.rate} in any second plus its headroom"
+        )
+
+
+def print_comparison(recoveryd: Drain, naive: Drain) -> None:
+    scaled = naive.seconds * recoveryd.entries / naive.entries
+    if naive.entries != recoveryd.entries:
+        print(
+            f"\nnaive measured on {naive.entries:,} entries; scaled to {recoveryd.entries:,} "
+            f"at the same rate per run it would take {scaled:.1f} s"
+        )
+    print(f"recoveryd drains {scaled / recoveryd.seconds:.2f}x as fast as naive")
+
+
+def print_targets(drain: Drain) -> None:
+    verdicts = [
+        (
+            f"drain rate >= {TARGET_SHARE:.0%} of the theoretical limit",
+            f"{drain.share:.1%}",
+            drain.share >= TARGET_SHARE,
+        ),
+        (
+            f"upstream calls per recovered run < {TARGET_CALLS_PER_RUN}",
+            f"{drain.calls_per_run:.3f}",
+            drain.calls_per_run < TARGET_CALLS_PER_RUN,
+        ),
+        (
+            "zero 429s once the limit is known (all 429s counted)",
+            f"{drain.rate_limited}",
+            drain.rate_limited == 0,
+        ),
+    ]
+    print()
+    for text, value, met in verdicts:
+        print(f"{'PASS' if met else 'MISS'}  {text}: {value}")
+
+
+def report_exit(recoveryd: Server) -> None:
+    status = recoveryd.stop()
+    problems = log_problems(recoveryd.log)
+    print(
+        f"\n{recoveryd.name}: exit status {status} after SIGTERM; {len(problems)} log lines "
+        "at warning level or above" + (f", the first: {problems[0]}" if problems else "")
+    )
+    if status != 0:
+        raise BenchmarkError(
+            f"{recoveryd.name} must exit 0 after SIGTERM" + log_tail(recoveryd.log)
+        )
+
+
+def print_header(options: Options) -> None:
+    naive = "skipped" if options.skip_naive else f"{options.naive_entries:,} entries"
+    print(
+        f"recoveryd drain: {options.entries:,} workflow DLQ entries, the emulator enforcing "
+        f"{options.rate} requests/s; naive baseline: {naive}"
+    )
+    print(
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f} at start",
+        flush=True,
+    )
+
+
+async def measure(emulator: Server, recoveryd: Server, options: Options) -> None:
+    async with httpx.AsyncClient(base_url=url_of(emulator), timeout=60) as control:
+        drain, seen, timeline = await drain_recoveryd(control, recoveryd, options)
+        report_exit(recoveryd)  # idle from now on, but out of the naive baseline's way
+        drains = [drain]
+        if not options.skip_naive:
+            drains.append(await drain_naive(control, url_of(emulator), options))
+    print_table(drains)
+    print_details(drain, seen, timeline)
+    if not options.skip_naive:
+        print_comparison(drain, drains[1])
+    print_targets(drain)
+
+
+def run(options: Options) -> None:
+    print_header(options)
+    with tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp:
+        workdir = Path(tmp)
+        with (
+            emulator_server(workdir, options.rate) as emulator,
+            recoveryd_server(workdir, url_of(emulator)) as recoveryd,
+        ):
+            asyncio.run(measure(emulator, recoveryd, options))
+
+
+def parse_options(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.drain",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--entries", type=positive_int, default=10_000)
+    parser.add_argument("--rate", type=positive_int, default=200, help="the limit, requests/s")
+    parser.add_argument(
+        "--naive-entries", type=positive_int, default=2_000, help="entries the baseline drains"
+    )
+    parser.add_argument("--skip-naive", action="store_true", help="measure recoveryd only")
+    args = parser.parse_args(argv)
+    return Options(args.entries, args.rate, args.naive_entries, args.skip_naive)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        run(parse_options(argv))
+    except (BenchmarkError, ServerError, httpx.HTTPError) as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
