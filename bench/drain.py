@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from bench import servers
 from bench.ingest import log_problems
 from bench.options import positive_int
 from bench.servers import HOST, Server, ServerError, _running, free_port, log_tail
@@ -161,20 +162,9 @@ def recoveryd_server(workdir: Path, service_url: str) -> Iterator[Server]:
     """`recoveryd serve` as shipped (production pipeline tuning), with the one-rule file."""
     rules = workdir / "rules.yaml"
     rules.write_text(RULES)
-    port, admin_port = free_port(), free_port()
-    settings = {
-        "RECOVERYD_SERVICE_URL": service_url,
-        "RECOVERYD_RULES": str(rules),
-        "RECOVERYD_TOKEN": TOKEN,
-        "RECOVERYD_SIGNING_KEY_CURRENT": SIGNING_KEY,
-        "RECOVERYD_LISTEN": f"{HOST}:{port}",
-        "RECOVERYD_ADMIN_LISTEN": f"{HOST}:{admin_port}",
-        "RECOVERYD_STORE": f"sqlite:///{workdir / 'recoveryd.db'}",
-        "RECOVERYD_LOG_FORMAT": "json",
-    }
-    command = [sys.executable, "-m", "daemon", "serve"]
-    with _running(
-        "recoveryd serve", command, port, workdir, "/readyz", settings, admin_port
+    store = workdir / "recoveryd.db"
+    with servers.recoveryd_server(
+        workdir, store, SIGNING_KEY, service_url=service_url, rules=rules, token=TOKEN
     ) as server:
         yield server
 

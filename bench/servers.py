@@ -107,15 +107,23 @@ def bare_server(workdir: Path) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def recoveryd_server(workdir: Path, store: Path, signing_key: str) -> Iterator[Server]:
-    """`recoveryd serve` on a SQLite store at `store`, checking signatures with `signing_key`."""
+def recoveryd_server(
+    workdir: Path,
+    store: Path,
+    signing_key: str,
+    *,
+    service_url: str = "http://service.invalid",
+    rules: Path = Path(__file__).parent.parent / "rules.yaml",
+    token: str = "tok_bench",
+) -> Iterator[Server]:
+    """`recoveryd serve` as shipped on a SQLite store at `store`, checking signatures with
+    `signing_key`. By default nothing answers at `service_url`: each accepted callback's
+    fetch fails and backs off in the background, off the ingest path that is measured."""
     port, admin_port = free_port(), free_port()
     settings = {
-        # Nothing answers there: each accepted callback's fetch fails and backs off in the
-        # background, off the ingest path that is measured.
-        "RECOVERYD_SERVICE_URL": "http://service.invalid",
-        "RECOVERYD_RULES": str(Path(__file__).parent.parent / "rules.yaml"),
-        "RECOVERYD_TOKEN": "tok_bench",
+        "RECOVERYD_SERVICE_URL": service_url,
+        "RECOVERYD_RULES": str(rules),
+        "RECOVERYD_TOKEN": token,
         "RECOVERYD_SIGNING_KEY_CURRENT": signing_key,
         "RECOVERYD_LISTEN": f"{HOST}:{port}",
         "RECOVERYD_ADMIN_LISTEN": f"{HOST}:{admin_port}",
