@@ -248,8 +248,11 @@ class Batcher:
         """The call may or may not have been carried out: look each dlqId up (after the
         backoff, when `wait`), then settle the batch. If the lookups fail too, the batch
         stays for the next housekeeping."""
+        sends = await self._sends(record)
+        if sends is None:
+            return
         if wait:
-            await asyncio.sleep(await self._backoff(record.dlq_ids))
+            await asyncio.sleep(self._delay(sends))
         lookups = await asyncio.gather(*(self._in_dlq(dlq_id) for dlq_id in record.dlq_ids))
         if None in lookups:
             log.warning("batch not checked; will try again", batch=record.id)
@@ -259,7 +262,7 @@ class Batcher:
         still = [dlq_id for dlq_id, there in zip(record.dlq_ids, lookups, strict=True) if there]
         log.info("batch checked", batch=record.id, gone=len(gone), still_in_dlq=len(still),
                  reason=reason)  # fmt: skip
-        await self._again(record, still, reason, calls, done=gone, wait=False)
+        await self._again(record, still, reason, calls, done=gone, sends=sends, wait=False)
 
     async def _in_dlq(self, dlq_id: str) -> bool | None:
         """Whether `dlq_id` is still in the DLQ; None when the service cannot say."""
@@ -279,16 +282,16 @@ class Batcher:
         calls: Sequence[dict[str, Any]],
         *,
         done: Sequence[str] = (),
+        sends: dict[str, int] | None = None,
         wait: bool = True,
     ) -> None:
-        """Send `dlq_ids` again in a later batch, those not sent `max_sends` times yet."""
-        if wait:
-            await asyncio.sleep(await self._backoff(dlq_ids))
-        try:
-            sends = await self._store.sends(list(dlq_ids)) if dlq_ids else {}
-        except StoreUnavailable:
-            self._batches.discard(record.id)  # housekeeping checks it again
+        """Send `dlq_ids` again in a later batch, those not sent `max_sends` times yet.
+        `sends` is the batch's count of sends per dlqId, when the caller has read it."""
+        sends = sends if sends is not None else await self._sends(record)
+        if sends is None:
             return
+        if wait:
+            await asyncio.sleep(self._delay(sends))
         again = [dlq_id for dlq_id in dlq_ids if sends.get(dlq_id, 0) < self._max_sends]
         failed = [dlq_id for dlq_id in dlq_ids if sends.get(dlq_id, 0) >= self._max_sends]
         if failed:
@@ -302,12 +305,18 @@ class Batcher:
                 [Pending(dlq_id, record.action, record.overrides, "", now) for dlq_id in again]
             )
 
-    async def _backoff(self, dlq_ids: Sequence[str]) -> float:
+    async def _sends(self, record: BatchRecord) -> dict[str, int] | None:
+        """How many times each of the batch's dlqIds was sent; None when the store cannot
+        say, and the batch is left for housekeeping."""
         try:
-            sends = max((await self._store.sends(list(dlq_ids))).values(), default=1)
+            return await self._store.sends(list(record.dlq_ids))
         except StoreUnavailable:
-            sends = self._max_sends
-        return float(self._retry_base * 2 ** max(0, sends - 1))
+            self._batches.discard(record.id)
+            return None
+
+    def _delay(self, sends: dict[str, int]) -> float:
+        """Backoff before a batch is looked at again: longer each time it was sent."""
+        return float(self._retry_base * 2 ** max(0, max(sends.values(), default=1) - 1))
 
     async def _settle(
         self,
