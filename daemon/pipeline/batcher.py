@@ -166,8 +166,10 @@ class Batcher:
         """Unsettled batches and decided dlqIds that no task of this process holds: at
         start, everything a previous run left; later, what a store error stranded."""
         try:
-            batches = await self._store.unsettled_batches()
             pending = await self._store.pending()
+            # Read last, and compared with `_batches` with no await in between: a batch
+            # settled (and released) while an earlier read was out must not look orphaned.
+            batches = await self._store.unsettled_batches()
         except StoreUnavailable as exc:
             log.warning("batcher: store unavailable", error=str(exc))
             return
