@@ -6,6 +6,7 @@ carries a credential: records hold dlqIds, rules, states and call outcomes only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from daemon.account import RotationRefused, Rotator
 from daemon.metrics import Metrics
 from daemon.rules import FileError, Unreadable
 from daemon.rules.live import LiveRules
@@ -27,6 +29,7 @@ def admin_app(
     store: Store,
     metrics: Metrics,
     rules: LiveRules,
+    rotator: Rotator,
     wall_clock: Callable[[], float] = time.time,
 ) -> FastAPI:
     app = FastAPI(
@@ -63,7 +66,7 @@ def admin_app(
         ruleset = rules.current
         answer: dict[str, Any] = {
             **await store.status(wall_clock()),
-            "lastTokenRotation": None,
+            **await rotator.status(),
             "rules": {
                 "sha256": ruleset.digest,
                 "rules": len(ruleset.rules),
@@ -88,4 +91,22 @@ def admin_app(
             {"status": "reloaded", "sha256": ruleset.digest, "rules": len(ruleset.rules)}
         )
 
+    @app.post("/-/rotate-token")
+    async def rotate_token() -> JSONResponse:
+        """Rotate the account token now (`recoveryd rotate-token` asks a running daemon
+        here). The rotation carries on if the caller hangs up."""
+        return await _rotate(rotator)
+
     return app
+
+
+async def _rotate(rotator: Rotator) -> JSONResponse:
+    try:
+        rotation = await asyncio.shield(rotator.rotate())
+    except RotationRefused as exc:
+        return JSONResponse({"error": f"rotation not started: {exc}"}, 409)
+    answer = {"rotation": rotation.to_json()}
+    if rotation.result == "success":
+        return JSONResponse({"status": "rotated", **answer})
+    error = f"rotation ended in {rotation.result}: {rotation.reason}"
+    return JSONResponse({"error": error, **answer}, 503 if rotation.result == "lockout" else 502)

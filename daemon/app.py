@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import structlog
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from daemon.account import CredentialsFileError, RotationTiming, Rotator, Saved
+from daemon.account import credentials_file as credentials_files
 from daemon.admin import admin_app
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
@@ -22,10 +25,9 @@ from daemon.metrics import Metrics
 from daemon.pipeline import Pipeline, Tuning
 from daemon.pipeline.calls import observer
 from daemon.rules.live import LiveRules
-from daemon.settings import Settings
+from daemon.settings import PREFIX, Settings, SettingsError
 from daemon.store import Store, StoreUnavailable, open_store
 from daemon.upstream import (
-    CallRecord,
     Credentials,
     CredentialsHolder,
     RateLimiter,
@@ -35,6 +37,7 @@ from daemon.upstream import (
 from daemon.web import EXCEPTION_HANDLERS
 
 ASGIApp = Callable[..., Any]
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Daemon:
     metrics: Metrics
     rules: LiveRules
     pipeline: Pipeline
+    rotator: Rotator
     public: ASGIApp
     admin: ASGIApp
 
@@ -58,24 +62,33 @@ async def running(
     store_options: Mapping[str, Any] | None = None,
     retry: RetryPolicy | None = None,
     tuning: Tuning | None = None,
+    rotation: RotationTiming | None = None,
     http_timeout: float = 10.0,
 ) -> AsyncIterator[Daemon]:
     """Load the rules, open the store and build both apps; on exit, pending commits land,
-    then it closes. FileError or Unreadable when the rules cannot be used.
+    then it closes. FileError or Unreadable when the rules cannot be used, SettingsError
+    when the credentials cannot.
 
     `store_options` go to the store's `open` (timeouts and limits), `retry` to the service
-    client, `tuning` to the pipeline, `http_timeout` bounds each call to the service:
-    tests make them short.
+    client, `tuning` to the pipeline, `rotation` to the token rotation, `http_timeout`
+    bounds each call to the service: tests make them short.
     """
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
     rules = LiveRules(settings.RULES, metrics, wall_clock=wall_clock)
-    token = settings.token()
+    credentials, saved = initial_credentials(settings)
+    if settings.ROTATE_SCHEDULE and not (credentials.username and credentials.password):
+        raise SettingsError(
+            f"{PREFIX}ROTATE_SCHEDULE: the reset needs {PREFIX}ACCOUNT_USERNAME and "
+            f"{PREFIX}ACCOUNT_PASSWORD (or a credentials file that has them)"
+        )
     observe = metrics.commit_size.observe
     async with (
         open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store,
         httpx.AsyncClient(timeout=http_timeout) as http,
     ):
-        client = _service_client(settings, http, token, retry, observer(metrics, wall_clock))
+        client, rotator = account(
+            settings, http, store, metrics, credentials, saved, retry, rotation, wall_clock
+        )
         pipeline = Pipeline(
             store, client, rules, metrics, dry_run=settings.DRY_RUN, tuning=tuning,
             wall_clock=wall_clock,
@@ -93,45 +106,103 @@ async def running(
             wall_clock=wall_clock,
             on_accepted=pipeline.wake,
         )
-        readiness = Readiness(store, token_present=bool(token))
-        async with pipeline.running():
+        readiness = Readiness(store, token_present=bool(credentials.token), rotator=rotator)
+        admin = admin_app(
+            store=store, metrics=metrics, rules=rules, rotator=rotator, wall_clock=wall_clock
+        )
+        async with pipeline.running(), rotator.running():
             yield Daemon(
                 store=store,
                 metrics=metrics,
                 rules=rules,
                 pipeline=pipeline,
+                rotator=rotator,
                 public=public_app(receiver, readiness),
-                admin=admin_app(store=store, metrics=metrics, rules=rules, wall_clock=wall_clock),
+                admin=admin,
             )
 
 
-def _service_client(
+@contextlib.asynccontextmanager
+async def rotating_alone(
+    settings: Settings, *, http_timeout: float = 30.0
+) -> AsyncIterator[Rotator]:
+    """A rotator without the rest of the daemon, for `recoveryd rotate-token` when no
+    daemon is running: the store (its leases left alone) and the service client."""
+    credentials, saved = initial_credentials(settings)
+    metrics = Metrics(CollectorRegistry())
+    async with (
+        open_store(settings.STORE, release_leases=False) as store,
+        httpx.AsyncClient(timeout=http_timeout) as http,
+    ):
+        _, rotator = account(settings, http, store, metrics, credentials, saved)
+        yield rotator
+
+
+def initial_credentials(settings: Settings) -> tuple[Credentials, Saved | None]:
+    """The credentials to start with: the credentials file's, when it exists, over the
+    environment's (a rotation has made those stale). SettingsError if the file is bad."""
+    password = settings.ACCOUNT_PASSWORD.get_secret_value() if settings.ACCOUNT_PASSWORD else None
+    from_environment = Credentials(settings.token() or "", settings.ACCOUNT_USERNAME, password)
+    path = settings.CREDENTIALS_FILE
+    if path is None:
+        return from_environment, None
+    try:
+        saved = credentials_files.read(path)
+    except CredentialsFileError as exc:
+        raise SettingsError(f"{PREFIX}CREDENTIALS_FILE: {exc}") from None
+    if saved is None:
+        return from_environment, None
+    if credentials_files.readable_by_others(path):
+        log.warning("the credentials file can be read by others; make it mode 0600", path=str(path))
+    return credentials_files.merged(saved.credentials, from_environment), saved
+
+
+def account(
     settings: Settings,
     http: httpx.AsyncClient,
-    token: str | None,
-    retry: RetryPolicy | None,
-    observe: Callable[[CallRecord], None],
-) -> ServiceClient:
-    password = settings.ACCOUNT_PASSWORD.get_secret_value() if settings.ACCOUNT_PASSWORD else None
-    credentials = Credentials(token or "", settings.ACCOUNT_USERNAME, password)
-    return ServiceClient(
+    store: Store,
+    metrics: Metrics,
+    credentials: Credentials,
+    saved: Saved | None,
+    retry: RetryPolicy | None = None,
+    timing: RotationTiming | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> tuple[ServiceClient, Rotator]:
+    """The service client and the token rotation, sharing the credentials they hold."""
+    holder = CredentialsHolder(credentials)
+    client = ServiceClient(
         http,
         base_url=settings.service_url,
         account_url=settings.account_url,
-        credentials=CredentialsHolder(credentials),
+        credentials=holder,
         header_prefix=settings.HEADER_PREFIX,
         retry=retry,
-        observe=observe,
+        observe=observer(metrics, wall_clock),
         limiter=RateLimiter(settings.MAX_RPS, pinned=settings.MAX_RPS is not None, probe=True),
     )
+    rotator = Rotator(
+        client,
+        holder,
+        store,
+        metrics,
+        credentials_file=settings.CREDENTIALS_FILE,
+        schedule=settings.ROTATE_SCHEDULE,
+        timing=timing,
+        wall_clock=wall_clock,
+    )
+    if saved is not None:
+        rotator.adopt(saved.limits)
+    return client, rotator
 
 
 class Readiness:
-    """`/readyz`: ready when the store answers and a token is present (PRODUCT.md §2)."""
+    """`/readyz`: ready when the store answers, a token is present and the service is not
+    refusing it (PRODUCT.md §2)."""
 
-    def __init__(self, store: Store, *, token_present: bool) -> None:
+    def __init__(self, store: Store, *, token_present: bool, rotator: Rotator) -> None:
         self._store = store
         self._token_present = token_present
+        self._rotator = rotator
 
     async def reasons(self) -> list[str]:
         """Why the daemon is not ready; empty when it is."""
@@ -142,7 +213,7 @@ class Readiness:
             reasons.append(f"store: {exc}")
         if not self._token_present:
             reasons.append("no token: set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE")
-        return reasons
+        return reasons + self._rotator.problems()
 
 
 def public_app(receiver: CallbackReceiver, readiness: Readiness) -> ASGIApp:

@@ -180,3 +180,33 @@ def dev(duration: float, forever: bool) -> None:
         asyncio.run(run_demo(duration=duration, forever=forever, echo=click.echo))
     except DemoError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@main.command("rotate-token")
+@click.option(
+    "--timeout",
+    "wait",
+    type=_Duration(),
+    default="120s",
+    show_default=True,
+    help="Give up waiting for the rotation after this long.",
+)
+def rotate_token(wait: float) -> None:
+    """Rotate the account token now and save the new credentials to
+    RECOVERYD_CREDENTIALS_FILE. A running daemon (on RECOVERYD_ADMIN_LISTEN) is asked to do
+    it, so it swaps the token without a refused call; with no daemon running, it is done
+    here. Exit status: 0 rotated, 1 not rotated (the reason is printed)."""
+    from daemon.account.rotate_command import RotateError, rotate_now
+    from daemon.logs import configure_logging
+    from daemon.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(os.environ)
+        settings.service_url  # noqa: B018  (required here too: raises if unset)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    configure_logging(settings.LOG_FORMAT)
+    try:
+        click.echo(asyncio.run(rotate_now(settings, wait)))
+    except RotateError as exc:
+        raise click.ClickException(str(exc)) from None

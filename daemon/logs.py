@@ -38,3 +38,5 @@ def configure_logging(fmt: Literal["json", "console"], level: int = logging.INFO
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # APScheduler logs every job run at INFO; the rotation logs its own outcome.
+    logging.getLogger("apscheduler").setLevel(max(level, logging.WARNING))

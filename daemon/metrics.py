@@ -6,6 +6,8 @@ from typing import Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from daemon.store.records import RotationResult
+
 CallbackResult = Literal[
     "accepted",
     "duplicate",
@@ -125,5 +127,37 @@ class Metrics:
             "recoveryd_recovered",
             "dlqIds whose bulk resume or restart the service accepted, by action.",
             ["action"],
+            registry=registry,
+        )
+        rotations = Counter(
+            "recoveryd_token_rotations",
+            "Token rotations by result: success; failure (the old token still works); "
+            "lockout (the old token is refused and the new one was never received).",
+            ["result"],
+            registry=registry,
+        )
+        self.rotations = {result: rotations.labels(result) for result in get_args(RotationResult)}
+        self.last_rotation_success = Gauge(
+            "recoveryd_token_last_rotation_success_timestamp_seconds",
+            "When the token was last rotated successfully (Unix time; 0 before the first).",
+            registry=registry,
+        )
+        self.token_lockout = Gauge(
+            "recoveryd_token_lockout",
+            "1 while the service refuses the token in hand and no other is known: no calls "
+            "are made until a token that works is put in the credentials file.",
+            registry=registry,
+        )
+        self.account_limit = Gauge(
+            "recoveryd_account_limit",
+            "The account's limits (spec section 8) as the service last reported them, by "
+            "name; each in the unit its name says.",
+            ["limit"],
+            registry=registry,
+        )
+        self.dlq_retention = Gauge(
+            "recoveryd_account_dlq_retention_seconds",
+            "How long the service keeps a DLQ message (the account's "
+            "max_dlq_retention_time_milis): a dlqId not recovered by then is lost.",
             registry=registry,
         )

@@ -131,6 +131,12 @@ class Settings(BaseModel):
             raise _NamedError(
                 "TOKEN", "required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE"
             )
+        if self.ROTATE_SCHEDULE.strip() and self.CREDENTIALS_FILE is None:
+            raise _NamedError(
+                "CREDENTIALS_FILE",
+                "required when RECOVERYD_ROTATE_SCHEDULE is set: the rotated token is kept "
+                "there, or a restart would lose it",
+            )
         if self.SIGNING_KEY_NEXT is not None and self.SIGNING_KEY_CURRENT is None:
             raise _NamedError(
                 "SIGNING_KEY_CURRENT", "required when RECOVERYD_SIGNING_KEY_NEXT is set"

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from prometheus_client import CollectorRegistry
 
+from daemon.account import RotationTiming
 from daemon.app import Daemon, running
 from daemon.emulator import EmulatorConfig
 from daemon.emulator.signing import sign
@@ -35,6 +36,11 @@ FAST_RETRY = RetryPolicy(base_delay=0.01, max_delay=0.05, max_attempts=4, max_el
 # The pipeline's waits, scaled down the same way.
 FAST_TUNING = Tuning(
     retry_base=0.05, idle_poll=0.05, housekeeping=0.5, drain_timeout=2.0, lease=30.0
+)
+
+# The token rotation's waits, scaled down the same way.
+FAST_ROTATION = RotationTiming(
+    drain=1.0, check_first=0.05, check_max=0.2, save_retry=0.05, lockout_poll=0.1
 )
 
 
@@ -185,6 +191,7 @@ async def running_recoveryd(
     tuning: Tuning = FAST_TUNING,
     retry: RetryPolicy = FAST_RETRY,
     http_timeout: float = 10.0,
+    rotation: RotationTiming = FAST_ROTATION,
     **settings: str,
 ) -> AsyncIterator[Recoveryd]:
     """recoveryd on loopback sockets in this event loop, configured by `daemon_env`, with
@@ -198,6 +205,7 @@ async def running_recoveryd(
             store_options=store_options,
             retry=retry,
             tuning=tuning,
+            rotation=rotation,
             http_timeout=http_timeout,
         ) as daemon,
         serve(daemon.public) as public_url,

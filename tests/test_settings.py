@@ -107,8 +107,14 @@ def test_bad_setting_is_one_line_naming_its_variable(
 @pytest.mark.parametrize("schedule", ["0 3 * * 0", "*/15 * * * *", "24h", "10m", ""])
 def test_rotate_schedule_takes_cron_interval_or_nothing(schedule: str) -> None:
     """A cron expression, an interval or empty (rotation off) are all accepted as given."""
-    accepted = load_settings(environ(ROTATE_SCHEDULE=schedule)).ROTATE_SCHEDULE
-    assert accepted == schedule
+    env = environ(ROTATE_SCHEDULE=schedule, CREDENTIALS_FILE="/var/lib/recoveryd/credentials")
+    assert schedule == load_settings(env).ROTATE_SCHEDULE
+
+
+def test_rotate_schedule_needs_a_credentials_file() -> None:
+    """A rotated token kept only in memory would be lost at the next restart."""
+    message = error_for(environ(ROTATE_SCHEDULE="24h"))
+    assert message.startswith("RECOVERYD_CREDENTIALS_FILE: required when RECOVERYD_ROTATE_")
 
 
 def test_unsigned_start_needs_no_signing_key_when_allowed() -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from daemon.store.records import BatchRecord, Claimed, Outcome, Pending
+from daemon.store.records import BatchRecord, Claimed, Outcome, Pending, Rotation, RotationResult
 
 Added = Literal["accepted", "duplicate"]
 
@@ -80,6 +80,28 @@ class Store(Protocol):
 
     async def status(self, now: float) -> dict[str, Any]:
         """Counts by state, unsettled batches, the oldest unfinished dlqId's age."""
+        ...
+
+    async def begin_rotation(self, now: float) -> int | None:
+        """Record a token rotation under way; None when one already is."""
+        ...
+
+    async def finish_rotation(
+        self, rotation_id: int, result: RotationResult, reason: str | None, now: float
+    ) -> None:
+        """Record how the rotation ended (a no-op when it has already ended)."""
+        ...
+
+    async def resolve_lockout(self, now: float) -> None:
+        """A token that works is in hand again: the lockout recorded, if any, is over."""
+        ...
+
+    async def latest_rotation(self) -> Rotation | None:
+        """The last rotation begun, finished or not."""
+        ...
+
+    async def last_rotation_success(self) -> float | None:
+        """When the last successful rotation finished (Unix time)."""
         ...
 
     async def ping(self) -> None:

@@ -79,3 +79,37 @@ class BatchRecord:
     overrides: str
     dlq_ids: tuple[str, ...]
     created_at: float
+
+
+RotationResult = Literal["success", "failure", "lockout"]
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """One token rotation: under way while `result` is None. A lockout ends (`resolved_at`)
+    when a token that works is in hand again. Never holds a credential."""
+
+    id: int
+    started_at: float
+    finished_at: float | None
+    result: RotationResult | None
+    reason: str | None
+    resolved_at: float | None
+
+    @property
+    def under_way(self) -> bool:
+        return self.result is None
+
+    @property
+    def locked_out(self) -> bool:
+        return self.result == "lockout" and self.resolved_at is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "result": self.result,
+            "reason": self.reason,
+            "resolvedAt": self.resolved_at,
+        }

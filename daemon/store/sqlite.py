@@ -21,7 +21,15 @@ import structlog
 
 from daemon.store import Added, Callback, StoreUnavailable
 from daemon.store import sqlite_pipeline as pipeline
-from daemon.store.records import BatchRecord, Claimed, Outcome, Pending
+from daemon.store import sqlite_rotations as rotations
+from daemon.store.records import (
+    BatchRecord,
+    Claimed,
+    Outcome,
+    Pending,
+    Rotation,
+    RotationResult,
+)
 
 T = TypeVar("T")
 # At most 3 parameters a row: 900 stays under the 999 that SQLite before 3.32 allows.
@@ -38,6 +46,7 @@ MIGRATIONS = (
     );
     """,
     pipeline.SCHEMA,
+    rotations.SCHEMA,
 )
 
 
@@ -76,6 +85,7 @@ class SQLiteStore:
         commit_timeout: float = 10.0,
         read_timeout: float = 5.0,
         max_pending: int = 10_000,
+        release_leases: bool = True,
     ) -> AsyncIterator[SQLiteStore]:
         """Open (creating and migrating if needed) the store at `path` for the block.
 
@@ -84,11 +94,15 @@ class SQLiteStore:
         (a caller may also wait for the commit before its own, so up to twice that),
         `read_timeout` how long for a read (reads queue behind commits on the one thread);
         `max_pending` how many callbacks may wait for a commit before new ones are refused.
+        The daemon releases the fetch leases at open (one daemon per file); a command
+        that opens the store beside it passes `release_leases=False`.
         """
         executor = ThreadPoolExecutor(1, thread_name_prefix="recoveryd-sqlite")
         loop = asyncio.get_running_loop()
         try:
-            connection = await loop.run_in_executor(executor, _connect, path, busy_timeout)
+            connection = await loop.run_in_executor(
+                executor, _connect, path, busy_timeout, release_leases
+            )
         except sqlite3.Error as exc:
             executor.shutdown()
             raise StoreUnavailable(f"cannot open the SQLite store {path}: {exc}") from None
@@ -176,6 +190,25 @@ class SQLiteStore:
 
     async def status(self, now: float) -> dict[str, Any]:
         return await self._run(lambda c: pipeline.status(c, now))
+
+    # -- token rotations (sqlite_rotations.py) ---------------------------------------
+
+    async def begin_rotation(self, now: float) -> int | None:
+        return await self._write(lambda c: rotations.begin(c, now))
+
+    async def finish_rotation(
+        self, rotation_id: int, result: RotationResult, reason: str | None, now: float
+    ) -> None:
+        await self._write(lambda c: rotations.finish(c, rotation_id, result, reason, now))
+
+    async def resolve_lockout(self, now: float) -> None:
+        await self._write(lambda c: rotations.resolve_lockout(c, now))
+
+    async def latest_rotation(self) -> Rotation | None:
+        return await self._run(rotations.latest)
+
+    async def last_rotation_success(self) -> float | None:
+        return await self._run(rotations.last_success_at)
 
     async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` in one transaction, on the store's thread, within commit_timeout."""
@@ -303,7 +336,7 @@ def _transaction(connection: sqlite3.Connection) -> Any:
         raise
 
 
-def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
+def _connect(path: Path, busy_timeout: float, release_leases: bool) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN/COMMIT above), never implicit.
     connection = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
     try:
@@ -312,8 +345,9 @@ def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
         # survive a process crash but could lose the last commits on power loss.
         connection.execute("PRAGMA synchronous = FULL")
         _migrate(connection)
-        with _transaction(connection):
-            pipeline.release_leases(connection)
+        if release_leases:
+            with _transaction(connection):
+                pipeline.release_leases(connection)
     except BaseException:
         connection.close()
         raise

@@ -21,6 +21,7 @@ import httpx
 from daemon.upstream.credentials import Credentials, CredentialsHolder
 from daemon.upstream.errors import (
     InvalidResponse,
+    NotFound,
     RateLimited,
     ServiceError,
     Unauthorized,
@@ -43,6 +44,8 @@ from daemon.upstream.ratelimit import RateLimiter
 from daemon.upstream.retry import RetryPolicy
 
 MAX_BULK = 50  # the service processes at most 50 workflow runs per bulk call
+# A dlqId no message has: reading it tells a good token (404) from a refused one (401).
+TOKEN_CHECK_ID = "recoveryd-token-check"
 
 Auth = Literal["bearer", "basic"]
 T = TypeVar("T")
@@ -104,6 +107,8 @@ class ServiceClient:
         self._retry = retry or RetryPolicy()
         self.limiter = limiter or RateLimiter(clock=clock, sleep=sleep)
         self._observe = observe
+        # Told when the service refuses the token and no rotation explains it.
+        self.on_refused: Callable[[], None] | None = None
         self._sleep = sleep
         self._clock = clock
         self._wall_clock = wall_clock
@@ -120,9 +125,9 @@ class ServiceClient:
         """Spec 4.2: reset the account token; the answer carries the new credentials.
 
         Not idempotent: it is repeated only when the request never reached the
-        service. Any other failure leaves the outcome unknown and is raised. The
-        caller swaps the credentials, inside `CredentialsHolder.rotating()`. The
-        account's rate limit is adopted here.
+        service. Any other failure leaves the outcome unknown and is raised. It passes
+        the credentials gate: it runs inside `CredentialsHolder.rotating()`, whose caller
+        saves and swaps the new credentials. The account's rate limit is adopted here.
         """
         response = await self._call(
             "rotate_token",
@@ -131,10 +136,29 @@ class ServiceClient:
             base=self._account_url,
             auth="basic",
             idempotent=False,
+            credentials=self._credentials.current,
         )
         record = _parse(AccountRecord.lenient, response, "rotate_token")
         self.limiter.learn(record.max_requests_per_second)
         return record
+
+    async def token_works(self, credentials: Credentials | None = None) -> bool:
+        """Whether the service accepts the token of `credentials` (default: the current
+        ones), passing the credentials gate: a read of a dlqId that does not exist
+        answers 404 to a good token and 401 to a refused one. Any other failure is raised
+        once the retry policy gives up: the answer is then unknown."""
+        try:
+            await self._call(
+                "check_token",
+                "GET",
+                f"/v2/dlq/{TOKEN_CHECK_ID}",
+                credentials=credentials or self._credentials.current,
+            )
+        except NotFound:
+            return True
+        except Unauthorized:
+            return False
+        return True
 
     async def remove_endpoints(self, group: str, endpoints: Sequence[EndpointRef]) -> None:
         """Spec 4.3. Removing the last endpoint deletes the group."""
@@ -248,31 +272,36 @@ class ServiceClient:
         json: Any = None,
         headers: dict[str, str] | None = None,
         idempotent: bool = True,
+        credentials: Credentials | None = None,
     ) -> httpx.Response:
+        """One operation, retried by the policy. `credentials` given: the call uses them
+        and passes the holder's gate (the rotation's own calls); otherwise it waits while
+        a rotation or a lockout holds calls back, then uses the current ones."""
         url = f"{base or self._base_url}{path}"
         started = self._clock()
         attempt = 0
         retried_with_new_token = False
         while True:
             attempt += 1
-            await self.limiter.acquire()
-            credentials = self._credentials.current
-            sent = self._clock()
             response: httpx.Response | None = None
             error: ServiceError | None
-            try:
-                response = await self._http.request(
-                    method,
-                    url,
-                    params=tuple(params or ()),
-                    json=json,
-                    headers={**(headers or {}), "Authorization": _authorization(auth, credentials)},
-                )
-            except httpx.TransportError as exc:
-                error = from_httpx(exc, operation=operation)
-            else:
-                error = error_from_response(response, operation=operation, now=self._wall_clock())
-                self.limiter.learn(server_limit(response.headers), settled=error is None)
+            async with self._credentials_for(credentials) as used:
+                await self.limiter.acquire()
+                sent = self._clock()
+                try:
+                    response = await self._http.request(
+                        method,
+                        url,
+                        params=tuple(params or ()),
+                        json=json,
+                        headers={**(headers or {}), "Authorization": _authorization(auth, used)},
+                    )
+                except httpx.TransportError as exc:
+                    error = from_httpx(exc, operation=operation)
+                else:
+                    now = self._wall_clock()
+                    error = error_from_response(response, operation=operation, now=now)
+                    self.limiter.learn(server_limit(response.headers), settled=error is None)
             self._record(operation, method, path, attempt, response, error, self._clock() - sent)
             if error is None:
                 assert response is not None
@@ -280,12 +309,16 @@ class ServiceClient:
             if (
                 isinstance(error, Unauthorized)
                 and auth == "bearer"
+                and credentials is None
                 and not retried_with_new_token
-                and await self._rotated_since(credentials)
+                and await self._rotated_since(used)
             ):
                 # The token was rotated while this call was in flight: one more try.
                 retried_with_new_token = True
                 continue
+            refused = isinstance(error, Unauthorized) and auth == "bearer" and credentials is None
+            if refused and self.on_refused is not None:
+                self.on_refused()
             delay = self._retry.next_delay(
                 error,
                 attempt=attempt,
@@ -299,6 +332,13 @@ class ServiceClient:
                 self.limiter.pause(delay)  # the whole account is over its limit
             else:
                 await self._sleep(delay)
+
+    def _credentials_for(
+        self, credentials: Credentials | None
+    ) -> contextlib.AbstractAsyncContextManager[Credentials]:
+        if credentials is not None:
+            return contextlib.nullcontext(credentials)
+        return self._credentials.using()
 
     async def _rotated_since(self, used: Credentials) -> bool:
         """Whether newer credentials than `used` are (or, once a rotation under way

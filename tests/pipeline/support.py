@@ -13,11 +13,20 @@ from typing import Any
 
 import httpx
 
-from daemon.emulator import create_app
+from daemon.emulator import Emulator, create_app
 from daemon.serving import serve_in_thread
 from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd
 
 BULK_PATHS = ("/v2/workflows/dlq/resume", "/v2/workflows/dlq/restart")
+# Every workflow run resumed, in small batches flushed quickly.
+RESUME_ALL = """\
+version: 1
+rules:
+  - name: resume-all
+    match: {workflow: true}
+    action: resume
+    batch: {maxSize: 10, maxWait: 100ms}
+"""
 FINAL = ("done", "gone", "skipped", "failed", "dry-run")
 
 
@@ -25,6 +34,7 @@ FINAL = ("done", "gone", "skipped", "failed", "dry-run")
 class Harness:
     recoveryd: Recoveryd
     control: httpx.AsyncClient  # the emulator's control API
+    emulator: Emulator  # its state, on the emulator's thread: read it, don't change it
 
     async def seed(self, messages: list[dict[str, Any]]) -> list[str]:
         response = await self.control.post("/_emulator/dlq", json={"messages": messages})
@@ -97,19 +107,12 @@ async def harness(
     # The emulator on its own thread and loop, as the service is another machine: sharing
     # recoveryd's loop would delay its arrivals by recoveryd's work, and the rate limit
     # is counted at arrival.
-    with serve_in_thread(create_app(config)) as service_url:
-        async with _recoveryd(tmp_path, service_url, path, options) as harnessed:
-            yield harnessed
-
-
-@contextlib.asynccontextmanager
-async def _recoveryd(
-    tmp_path: Path, service_url: str, rules: Path, options: dict[str, Any]
-) -> AsyncIterator[Harness]:
-    async with (
-        httpx.AsyncClient(base_url=service_url, timeout=30) as control,
-        running_recoveryd(
-            tmp_path, SERVICE_URL=service_url, RULES=str(rules), **options
-        ) as recoveryd,
-    ):
-        yield Harness(recoveryd, control)
+    app = create_app(config)
+    with serve_in_thread(app) as service_url:
+        async with (
+            httpx.AsyncClient(base_url=service_url, timeout=30) as control,
+            running_recoveryd(
+                tmp_path, SERVICE_URL=service_url, RULES=str(path), **options
+            ) as recoveryd,
+        ):
+            yield Harness(recoveryd, control, app.state.emulator)

@@ -7,17 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from tests.pipeline.support import harness, sent_per_dlq_id
+from tests.pipeline.support import RESUME_ALL, harness, sent_per_dlq_id
 from tests.support import workflows
-
-RESUME_ALL = """\
-version: 1
-rules:
-  - name: resume-all
-    match: {workflow: true}
-    action: resume
-    batch: {maxSize: 10, maxWait: 100ms}
-"""
 
 
 async def test_a_message_that_cannot_be_fetched_fails_with_the_reason(tmp_path: Path) -> None:

@@ -86,15 +86,16 @@ async def test_limit_announced_by_the_service_is_learned(service: Service) -> No
 
 
 async def test_call_refused_during_a_rotation_waits_for_the_new_token(service: Service) -> None:
-    """A call sent with the old token and refused while the new one is being saved
-    waits for the swap and tries once more, instead of failing."""
+    """A call sent with the old token, that outlasts the rotation's wait for calls in
+    flight and is refused while the new token is being saved, waits for the swap and
+    tries once more, instead of failing."""
     refused = asyncio.Event()
     client = service.client_with(observe=lambda call: call.status == 401 and refused.set())
     await service.fault(kind="latency", seconds=0.3, times=1, paths=["/v2/dlq"])
     pending = asyncio.create_task(client.get_dlq_message("1-0"))
     for _ in range(3):  # let it read the old token and go out
         await asyncio.sleep(0)
-    async with service.credentials.rotating():
+    async with service.credentials.rotating(drain_seconds=0):
         record = await client.rotate_token()
         await refused.wait()  # the old token was refused while the new one is not in yet
         assert record.token is not None
@@ -111,6 +112,56 @@ async def test_call_refused_during_a_rotation_waits_for_the_new_token(service: S
         ("/service/user/rotatetoken", 200),
         ("/v2/dlq/1-0", 401),
         ("/v2/dlq/1-0", 404),
+    ]
+
+
+async def test_a_rotation_lets_calls_in_flight_finish_and_holds_new_ones(
+    service: Service,
+) -> None:
+    """The reset waits for the call in flight; a call started during the rotation goes
+    out after the swap, with the new token: no call is refused."""
+    client = service.client
+    await service.fault(kind="latency", seconds=0.3, times=1, paths=["/v2/dlq"])
+    in_flight = asyncio.create_task(client.get_dlq_message("in-flight"))
+    for _ in range(3):  # let it take the old token and go out
+        await asyncio.sleep(0)
+    async with service.credentials.rotating(drain_seconds=5):
+        assert in_flight.done()  # the rotation waited for it
+        held = asyncio.create_task(client.get_dlq_message("held"))
+        record = await client.rotate_token()
+        assert record.token is not None
+        await asyncio.sleep(0.05)
+        assert not held.done()  # held back until the swap
+        service.credentials.replace(Credentials(record.token.get_secret_value(), USERNAME))
+    with pytest.raises(NotFound):
+        await held
+    statuses = [(c["path"], c["status"]) for c in await service.journal()]
+    assert statuses == [
+        ("/v2/dlq/in-flight", 404),
+        ("/service/user/rotatetoken", 200),
+        ("/v2/dlq/held", 404),
+    ]
+
+
+async def test_a_lockout_holds_every_call_until_unlocked(service: Service) -> None:
+    """After a lockout no call goes out (each could only be refused) until credentials
+    that work are unlocked in; the token check passes the gate."""
+    client = service.client
+    service.credentials.replace(Credentials("refused-token"))
+    assert await client.token_works() is False
+    service.credentials.lock_out()
+    held = asyncio.create_task(client.get_dlq_message("held"))
+    await asyncio.sleep(0.1)
+    assert not held.done()
+    assert await client.token_works(Credentials(TOKEN)) is True
+    service.credentials.unlock(Credentials(TOKEN, USERNAME))
+    with pytest.raises(NotFound):
+        await held
+    statuses = [(c["path"], c["status"]) for c in await service.journal()]
+    assert statuses == [
+        ("/v2/dlq/recoveryd-token-check", 401),
+        ("/v2/dlq/recoveryd-token-check", 404),
+        ("/v2/dlq/held", 404),
     ]
 
 

@@ -1,0 +1,6 @@
+"""The account's credentials over time: the credentials file and the token rotation."""
+
+from daemon.account.credentials_file import CredentialsFileError, Saved
+from daemon.account.rotation import RotationRefused, RotationTiming, Rotator
+
+__all__ = ["CredentialsFileError", "RotationRefused", "RotationTiming", "Rotator", "Saved"]

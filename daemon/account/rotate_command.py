@@ -1,0 +1,90 @@
+"""`recoveryd rotate-token`: ask the running daemon to rotate, or rotate here when none runs.
+
+The daemon holds the token its calls use; rotating behind its back would leave it with a
+refused token. So the command asks the daemon's admin listener first, and rotates in its
+own process only when nothing listens there (the store's record of the rotation still
+keeps two rotations from overlapping).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from daemon.account.rotation import RotationRefused
+from daemon.settings import Settings, SettingsError
+from daemon.store import StoreUnavailable
+from daemon.store.records import Rotation
+
+
+class RotateError(Exception):
+    """The token was not rotated; `str()` is the one line to print."""
+
+
+async def rotate_now(settings: Settings, wait: float) -> str:
+    """Rotate within `wait` seconds; the line to print on success, RotateError otherwise."""
+    admin = _admin_url(settings)
+    if admin is not None:
+        try:
+            return await _ask_daemon(admin, wait)
+        except httpx.ConnectError:
+            pass  # no daemon: rotate here
+        except httpx.TimeoutException:
+            raise RotateError(
+                f"no answer from the daemon at {admin} within {wait:g}s; "
+                "GET /api/v1/status there shows the rotation"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise RotateError(f"the daemon at {admin} did not answer: {exc!r}") from None
+    return await _rotate_here(settings, wait)
+
+
+async def _ask_daemon(admin: str, wait: float) -> str:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(wait, connect=2.0)) as http:
+        response = await http.post(f"{admin}/-/rotate-token")
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    if not isinstance(answer, dict):
+        answer = {}
+    if response.status_code == 200:
+        return f"token rotated by the daemon at {admin}"
+    raise RotateError(str(answer.get("error") or f"the daemon answered {response.status_code}"))
+
+
+async def _rotate_here(settings: Settings, wait: float) -> str:
+    from daemon.app import rotating_alone
+
+    try:
+        async with asyncio.timeout(wait), rotating_alone(settings) as rotator:
+            # No recover(): a rotation recorded as under way may be another live
+            # process's; the refusal says so, and the daemon's next start resolves it.
+            rotation = await rotator.rotate()
+    except TimeoutError:
+        raise RotateError(
+            f"the rotation did not end within {wait:g}s; the next start of recoveryd "
+            "finds out how it ended"
+        ) from None
+    except (RotationRefused, SettingsError) as exc:
+        raise RotateError(f"token not rotated: {exc}") from None
+    except StoreUnavailable as exc:
+        raise RotateError(f"RECOVERYD_STORE: {exc}") from None
+    return _described(rotation, settings)
+
+
+def _described(rotation: Rotation, settings: Settings) -> str:
+    if rotation.result != "success":
+        raise RotateError(f"token rotation ended in {rotation.result}: {rotation.reason}")
+    saved_to = settings.CREDENTIALS_FILE
+    return f"token rotated (rotation {rotation.id}); credentials saved to {saved_to}"
+
+
+def _admin_url(settings: Settings) -> str | None:
+    """Where a daemon with these settings listens for admin calls, seen from here."""
+    host, port = settings.admin_listen
+    if port == 0:
+        return None
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -1,0 +1,435 @@
+"""Token rotation (spec 4.2): on a schedule or on demand, saved before use, one at a time.
+
+The reset invalidates the old token and password at once and its answer is the only
+copy of the new ones, so a rotation goes in this order, each step durable before the
+next:
+
+1. record the rotation as under way in the store;
+2. hold new calls back and let those in flight finish (`CredentialsHolder.rotating`);
+3. call the reset with the basic credentials;
+4. write the new credentials to the credentials file (atomic, 0600, fsync'd);
+5. swap them in, let calls through, and record the rotation's result.
+
+When the reset's outcome is unknown (a timeout, a lost connection, a 5xx, an answer
+without a token) the token in hand tells: if the service still takes it, the reset did
+not happen (`failure`); if it refuses it, the service has credentials recoveryd never
+received (`lockout`). A locked-out daemon makes no call at all (each could only be
+refused, and a stream of refused calls can get an account blocked), fails readiness,
+and re-reads the credentials file until an operator puts a token that works there.
+
+A restart that finds a rotation recorded as under way resolves it the same way, except
+that a credentials file written by that very rotation (its `rotation` id) settles it
+as a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from daemon.account import credentials_file
+from daemon.account.credentials_file import CredentialsFileError, Saved
+from daemon.metrics import Metrics
+from daemon.schedule import parse_schedule
+from daemon.store import Store, StoreUnavailable
+from daemon.store.records import Rotation, RotationResult
+from daemon.upstream import (
+    AccountRecord,
+    Credentials,
+    CredentialsHolder,
+    ResponseError,
+    ServerError,
+    ServiceClient,
+    ServiceError,
+    TransportError,
+)
+
+log = structlog.get_logger(__name__)
+
+LOCKOUT_HELP = (
+    "recoveryd makes no calls until a token that works is written to the credentials "
+    'file as {"token": "...", "password": "..."} (reset the token in the service\'s '
+    "console to get one); it re-reads the file while locked out, or restart it"
+)
+
+
+@dataclass(frozen=True)
+class RotationTiming:
+    """The rotation's waits; the defaults suit production, tests make them short."""
+
+    drain: float = 5.0  # how long the reset waits for calls in flight to finish
+    check_first: float = 1.0  # first wait before asking again whether the token works
+    check_max: float = 300.0
+    save_retry: float = 5.0  # between attempts to save new credentials
+    lockout_poll: float = 30.0  # how often a locked-out daemon re-reads the file
+    shutdown_wait: float = 20.0  # how long a stop waits for a rotation under way
+
+
+class RotationRefused(Exception):
+    """A rotation cannot start; `str()` says why."""
+
+
+class Rotator:
+    def __init__(
+        self,
+        client: ServiceClient,
+        holder: CredentialsHolder,
+        store: Store,
+        metrics: Metrics,
+        *,
+        credentials_file: Path | None,
+        schedule: str = "",
+        timing: RotationTiming | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._client = client
+        self._holder = holder
+        self._store = store
+        self._metrics = metrics
+        self._file = credentials_file
+        self._schedule = schedule
+        self._timing = timing or RotationTiming()
+        self._wall_clock = wall_clock
+        self._sleep = sleep
+        self._busy = asyncio.Lock()
+        self._trouble: str | None = None  # why readiness fails, while it does
+        self._unrecorded: tuple[int, RotationResult, str | None] | None = None
+        self._checking: asyncio.Task[None] | None = None
+        client.on_refused = self.token_refused
+
+    @property
+    def schedule(self) -> str:
+        return self._schedule
+
+    def problems(self) -> list[str]:
+        """Why the daemon cannot call the service (for readiness); empty when it can."""
+        return [self._trouble] if self._trouble else []
+
+    def adopt(self, limits: dict[str, int]) -> None:
+        """Use the account's limits: the rate limit for calls, the rest as metrics."""
+        self._client.limiter.learn(limits.get("max_requests_per_second"))
+        for name, value in limits.items():
+            self._metrics.account_limit.labels(name).set(value)
+        retention = limits.get("max_dlq_retention_time_milis")
+        if retention is not None:
+            self._metrics.dlq_retention.set(retention / 1000)
+
+    # -- running: the start's check, the schedule, the lockout watch --------------------
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Rotator]:
+        """Resolve a rotation a crash cut short, run the schedule, and watch a lockout
+        for a token that works, for the block."""
+        success = await self._store.last_rotation_success()
+        self._metrics.last_rotation_success.set(success or 0)
+        tasks = [asyncio.create_task(self._recover_then_watch(), name="recoveryd-rotation")]
+        scheduler = None
+        if self._schedule:
+            scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
+            scheduler.add_job(
+                self._scheduled,
+                parse_schedule(self._schedule),
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=300,
+            )
+            scheduler.start()
+        try:
+            yield self
+        finally:
+            # A rotation under way (scheduled or asked for) finishes if it can: cut short
+            # after its reset, it may be a lockout at the next start.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._timing.shutdown_wait), self._busy:
+                    pass
+            if scheduler is not None:
+                scheduler.shutdown(wait=False)
+            if self._checking is not None:
+                tasks.append(self._checking)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _scheduled(self) -> None:
+        try:
+            await self.rotate()
+        except RotationRefused as exc:
+            log.warning("scheduled token rotation not started", reason=str(exc))
+
+    async def _recover_then_watch(self) -> None:
+        wait = self._timing.check_first
+        while True:
+            try:
+                await self.recover()
+                break
+            except StoreUnavailable as exc:
+                log.warning("cannot read the last rotation yet; trying again", error=str(exc))
+            await self._sleep(wait)
+            wait = min(wait * 2, self._timing.check_max)
+        while True:
+            await self._sleep(self._timing.lockout_poll)
+            if self._holder.locked_out:
+                try:
+                    await self._look_for_a_working_token()
+                except StoreUnavailable as exc:
+                    log.warning("cannot record the end of the lockout yet", error=str(exc))
+
+    async def recover(self) -> None:
+        """Resolve what the store says about the last rotation: one under way (a crash cut
+        it short) or a lockout not yet over. Calls are held back meanwhile."""
+        latest = await self._store.latest_rotation()
+        if latest is None or not (latest.under_way or latest.locked_out):
+            return
+        async with self._busy, self._holder.rotating(drain_seconds=0):
+            saved = self._read_file()
+            if latest.under_way and saved is not None and saved.rotation == latest.id:
+                outcome: tuple[RotationResult, str | None] = (
+                    "success",
+                    "cut short after its new credentials were saved; they are in use",
+                )
+            elif latest.under_way:
+                outcome = await self._find_out("it was cut short (recoveryd stopped)")
+            elif await self._token_works_eventually():
+                await self._store.resolve_lockout(self._wall_clock())
+                log.info("token lockout over: the token in hand works")
+                return
+            else:
+                self._lock_out("the token in hand is still refused")
+                return
+        if latest.under_way:
+            await self._finish(latest.id, *outcome)
+
+    async def _look_for_a_working_token(self) -> None:
+        saved = self._read_file()
+        if saved is None or saved.credentials.token == self._holder.current.token:
+            return
+        try:
+            works = await self._client.token_works(saved.credentials)
+        except ServiceError as exc:
+            log.warning("cannot check the credentials file's new token yet", error=str(exc))
+            return
+        if not works:
+            log.error("the credentials file's new token is refused too; still locked out")
+            return
+        self._holder.unlock(credentials_file.merged(saved.credentials, self._holder.current))
+        self._trouble = None
+        self._metrics.token_lockout.set(0)
+        self.adopt(saved.limits)
+        with contextlib.suppress(StoreUnavailable):
+            await self._store.resolve_lockout(self._wall_clock())
+        log.info("token lockout over: the credentials file has a token that works")
+
+    def token_refused(self) -> None:
+        """A call was refused with no rotation under way to explain it: the token may have
+        been reset or revoked outside recoveryd. One check; a refusal there locks out, so
+        the pipeline stops spending its tries on calls that can only be refused."""
+        if self._holder.locked_out or self._busy.locked():
+            return
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.create_task(self._check_refused_token())
+
+    async def _check_refused_token(self) -> None:
+        async with self._busy:
+            try:
+                works = await self._client.token_works()
+            except ServiceError:
+                return  # unknown: the next refused call asks again
+            if not works and not self._holder.locked_out:
+                self._lock_out(
+                    "the service refuses the token and no rotation by recoveryd explains it "
+                    "(reset or revoked elsewhere?)"
+                )
+
+    # -- one rotation -------------------------------------------------------------------
+
+    async def rotate(self) -> Rotation:
+        """Rotate the token now; the rotation's record once it has ended. RotationRefused
+        when it cannot start (another under way, a lockout, credentials missing)."""
+        if self._busy.locked():
+            raise RotationRefused("a rotation or a token check is already under way")
+        async with self._busy:
+            self._check_ready()
+            started = self._wall_clock()
+            try:
+                await self._record_unrecorded()
+                rotation_id = await self._store.begin_rotation(started)
+            except StoreUnavailable as exc:
+                raise RotationRefused(f"the store cannot record the rotation: {exc}") from None
+            if rotation_id is None:
+                raise RotationRefused(
+                    "another rotation is recorded as under way (another recoveryd process, "
+                    "or one cut short that is not resolved yet)"
+                )
+            log.info("token rotation started", rotation=rotation_id)
+            async with self._holder.rotating(self._timing.drain):
+                result, reason = await self._reset_and_save(rotation_id)
+            await self._finish(rotation_id, result, reason)
+            return Rotation(rotation_id, started, self._wall_clock(), result, reason, None)
+
+    def _check_ready(self) -> None:
+        if self._holder.locked_out:
+            raise RotationRefused(f"locked out: {self._trouble}")
+        if self._file is None:
+            raise RotationRefused(
+                "RECOVERYD_CREDENTIALS_FILE is not set: the new token would be lost at the "
+                "next restart"
+            )
+        try:
+            credentials_file.check_writable(self._file)
+        except CredentialsFileError as exc:
+            raise RotationRefused(f"the new credentials could not be saved: {exc}") from None
+        current = self._holder.current
+        if not current.username or not current.password:
+            raise RotationRefused(
+                "the reset needs RECOVERYD_ACCOUNT_USERNAME and RECOVERYD_ACCOUNT_PASSWORD "
+                "(or a credentials file that has them)"
+            )
+
+    async def _reset_and_save(self, rotation_id: int) -> tuple[RotationResult, str | None]:
+        try:
+            record = await self._client.rotate_token()
+        except ServiceError as exc:
+            if _surely_not_done(exc):
+                return "failure", f"the service did not reset the token: {exc}"
+            return await self._find_out(f"its answer was lost ({exc})")
+        if record.token is None:
+            return await self._find_out("the service's answer carries no token")
+        old = self._holder.current
+        new = Credentials(
+            record.token.get_secret_value(),
+            old.username,
+            record.password.get_secret_value() if record.password else None,
+        )
+        if new.password is None:
+            log.warning("the reset's answer carries no password: the next rotation will fail")
+        saved = Saved(new, rotation_id, self._wall_clock(), _limits(record))
+        await self._save(saved)
+        self._holder.replace(new)
+        self.adopt(saved.limits)
+        return "success", None
+
+    async def _save(self, saved: Saved) -> None:
+        """Write the credentials file, trying until it works: the old token is dead, and
+        the new one must not be used before a restart could find it."""
+        assert self._file is not None
+        while True:
+            try:
+                credentials_file.write(self._file, saved)
+            except CredentialsFileError as exc:
+                self._trouble = f"new credentials not saved yet: {exc}"
+                log.error(
+                    "token rotated but the new credentials cannot be saved; trying again",
+                    error=str(exc),
+                    in_seconds=self._timing.save_retry,
+                )
+                await self._sleep(self._timing.save_retry)
+                continue
+            self._trouble = None
+            return
+
+    async def _find_out(self, why: str) -> tuple[RotationResult, str | None]:
+        """The outcome of a reset whose answer recoveryd does not have."""
+        self._trouble = f"the reset's outcome is unknown ({why}): checking the token"
+        # A reset whose answer timed out may still be under way at the service: a check
+        # at once could find the old token working and miss the change.
+        await self._sleep(self._timing.check_first)
+        works = await self._token_works_eventually()
+        self._trouble = None
+        if works:
+            return "failure", f"{why}, and the token in hand still works: the reset did not happen"
+        reason = (
+            f"{why}, and the token in hand is refused: the service has new credentials "
+            "that recoveryd never received"
+        )
+        self._lock_out(reason)
+        return "lockout", reason
+
+    async def _token_works_eventually(self) -> bool:
+        """Ask the service whether the token in hand works, until it answers (a read,
+        harmless to repeat; with backoff, so never a hot loop)."""
+        wait = self._timing.check_first
+        while True:
+            try:
+                return await self._client.token_works()
+            except ServiceError as exc:
+                log.warning(
+                    "cannot tell yet whether the token works; asking again",
+                    error=str(exc),
+                    in_seconds=wait,
+                )
+            await self._sleep(wait)
+            wait = min(wait * 2, self._timing.check_max)
+
+    def _lock_out(self, reason: str) -> None:
+        self._holder.lock_out()
+        self._trouble = f"locked out: {reason}"
+        self._metrics.token_lockout.set(1)
+        log.error(f"TOKEN LOCKOUT: {reason}. {LOCKOUT_HELP}")
+
+    async def _finish(self, rotation_id: int, result: RotationResult, reason: str | None) -> None:
+        now = self._wall_clock()
+        self._metrics.rotations[result].inc()
+        if result == "success":
+            self._metrics.last_rotation_success.set(now)
+            log.info("token rotated", rotation=rotation_id, note=reason)
+        elif result == "failure":
+            log.warning("token rotation failed", rotation=rotation_id, reason=reason)
+        self._unrecorded = (rotation_id, result, reason)
+        with contextlib.suppress(StoreUnavailable):  # recorded before the next rotation
+            await self._record_unrecorded()
+
+    async def _record_unrecorded(self) -> None:
+        if self._unrecorded is not None:
+            rotation_id, result, reason = self._unrecorded
+            await self._store.finish_rotation(rotation_id, result, reason, self._wall_clock())
+            self._unrecorded = None
+
+    def _read_file(self) -> Saved | None:
+        if self._file is None:
+            return None
+        try:
+            return credentials_file.read(self._file)
+        except CredentialsFileError as exc:
+            log.error("cannot read the credentials file", error=str(exc))
+            return None
+
+    # -- what /api/v1/status shows --------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        latest = await self._store.latest_rotation()
+        return {
+            "lastTokenRotation": latest.to_json() if latest else None,
+            "token": {
+                "lockedOut": self._holder.locked_out,
+                "lastRotationSuccessAt": await self._store.last_rotation_success(),
+                "rotateSchedule": self._schedule or None,
+                "problems": self.problems(),
+            },
+        }
+
+
+def _surely_not_done(error: ServiceError) -> bool:
+    """Whether a failed reset certainly changed nothing: the service refused it (4xx), or
+    the request never left. A 5xx may come after the change was made."""
+    if isinstance(error, ResponseError):
+        return not isinstance(error, ServerError)
+    return isinstance(error, TransportError) and not error.request_sent
+
+
+def _limits(record: AccountRecord) -> dict[str, int]:
+    """The limits of spec section 8 that the account record carries."""
+    fields = record.model_dump(exclude_none=True)
+    return {
+        name: value
+        for name, value in fields.items()
+        if name.startswith("max_") and isinstance(value, int) and not isinstance(value, bool)
+    }

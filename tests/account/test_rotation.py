@@ -1,0 +1,205 @@
+"""Token rotation against the emulator, in process: scheduled rotations under traffic, a
+reset refused, a reset whose answer is lost, and the lockout and its end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import httpx
+import structlog
+
+from tests.account.support import RESET, rotation_settings
+from tests.pipeline.support import RESUME_ALL, Harness, harness
+from tests.support import PASSWORD, TOKEN, USERNAME, workflows
+
+
+async def token_answer(control: httpx.AsyncClient, token: str) -> int:
+    """The status the service gives `token` on a read of a dlqId that does not exist."""
+    response = await control.get("/v2/dlq/no-such-id", headers={"Authorization": f"Bearer {token}"})
+    return response.status_code
+
+
+async def wait_for_metric(
+    h: Harness, name: str, value: float, seconds: float = 20.0, **labels: str
+) -> None:
+    async with asyncio.timeout(seconds):
+        while True:
+            if h.recoveryd.metric(name, **labels) >= value:
+                return
+            await asyncio.sleep(0.02)
+
+
+async def rotate(h: Harness) -> httpx.Response:
+    return await h.recoveryd.admin.post("/-/rotate-token", timeout=30)
+
+
+def saved(tmp_path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((tmp_path / "credentials.json").read_text())
+    return data
+
+
+async def test_scheduled_rotations_under_traffic_never_fail_a_call(tmp_path: Path) -> None:
+    """Every second the token is reset while 150 dead letters are being fetched and
+    resumed: the old token is refused afterwards, the new one is saved 0600 and in use,
+    and not one call to the service failed."""
+    settings = rotation_settings(tmp_path / "credentials.json", ROTATE_SCHEDULE="1s")
+    async with harness(tmp_path, RESUME_ALL, **settings) as h:
+        # A slow account, so the drain takes longer than several rotation intervals.
+        await h.control.post("/_emulator/account", json={"max_requests_per_second": 40})
+        dlq_ids = await h.seed(workflows(150))
+        for wave in range(5):
+            await h.send_callbacks(dlq_ids[wave * 30 : (wave + 1) * 30])
+            await asyncio.sleep(0.5)
+        await wait_for_metric(h, "recoveryd_token_rotations_total", 3, result="success")
+        states = await h.settled(150, seconds=60)
+        assert states == {"done": 150}
+
+        account = (await h.control.get("/_emulator/account")).json()
+        assert account["rotations"] >= 3
+        journal = await h.journal()
+        resets = [call for call in journal if call["path"] == RESET]
+        assert len(resets) == account["rotations"]
+        # The rotations happened while the pipeline was calling, not before or after it.
+        reads = [call["at"] for call in journal if call["path"].startswith("/v2/dlq/")]
+        assert any(min(reads) < reset["at"] < max(reads) for reset in resets)
+        assert {call["status"] for call in journal} == {200}, "a call failed"
+        assert h.recoveryd.metric("recoveryd_token_rotations_total", result="failure") == 0
+
+        current = saved(tmp_path)
+        assert await token_answer(h.control, TOKEN) == 401
+        assert await token_answer(h.control, current["token"]) == 404
+        assert current["token"] == h.emulator.account.token
+        assert current["password"] == h.emulator.account.password
+        mode = stat.S_IMODE((tmp_path / "credentials.json").stat().st_mode)
+        assert mode == 0o600
+        assert current["limits"]["max_requests_per_second"] == 40
+        assert h.recoveryd.metric("recoveryd_account_limit", limit="max_requests_per_second") == 40
+        assert h.recoveryd.metric("recoveryd_account_dlq_retention_seconds") == 604_800
+        assert h.recoveryd.metric("recoveryd_token_last_rotation_success_timestamp_seconds") > 0
+        status = await h.status()
+        assert status["lastTokenRotation"]["result"] == "success"
+        assert status["token"]["lockedOut"] is False
+
+
+async def test_a_refused_reset_changes_nothing(tmp_path: Path) -> None:
+    """Wrong basic credentials: the service refuses the reset, which is a failure; no
+    check is needed, the token in hand keeps working and nothing is written."""
+    settings = rotation_settings(tmp_path / "credentials.json", ACCOUNT_PASSWORD="not-the-password")
+    async with harness(tmp_path, RESUME_ALL, **settings) as h:
+        answer = await rotate(h)
+        assert answer.status_code == 502
+        assert answer.json()["rotation"]["result"] == "failure"
+        assert "401" in answer.json()["error"]
+        assert [call["path"] for call in await h.journal()] == [RESET]
+        assert not (tmp_path / "credentials.json").exists()
+        assert (await h.recoveryd.public.get("/readyz")).status_code == 200
+        dlq_ids = await h.seed(workflows(3))
+        await h.send_callbacks(dlq_ids)
+        assert await h.settled(3) == {"done": 3}
+
+
+async def test_a_reset_lost_before_it_happened_is_a_failure(tmp_path: Path) -> None:
+    """A 503 may come after the change, so the outcome is unknown: the token in hand still
+    works, so the reset did not happen and the daemon carries on with it."""
+    async with harness(
+        tmp_path, RESUME_ALL, **rotation_settings(tmp_path / "credentials.json")
+    ) as h:
+        await h.fault(kind="status", status=503, times=10, paths=[RESET])
+        answer = await rotate(h)
+        assert answer.status_code == 502
+        rotation = answer.json()["rotation"]
+        assert rotation["result"] == "failure"
+        assert "still works: the reset did not happen" in rotation["reason"]
+        checks = [c for c in await h.journal() if c["path"] == "/v2/dlq/recoveryd-token-check"]
+        assert [check["status"] for check in checks] == [404]
+        assert h.emulator.account.token == TOKEN
+        assert (await h.recoveryd.public.get("/readyz")).status_code == 200
+        assert h.recoveryd.metric("recoveryd_token_lockout") == 0
+
+
+async def test_a_reset_that_times_out_after_succeeding_is_a_lockout(tmp_path: Path) -> None:
+    """The service resets the token but its answer never arrives: the old token is
+    refused and the new one unknown. recoveryd says so, fails readiness and makes no
+    call until a token that works is put in the credentials file, then carries on."""
+    async with harness(
+        tmp_path, RESUME_ALL, http_timeout=0.5, **rotation_settings(tmp_path / "credentials.json")
+    ) as h:
+        await h.fault(kind="latency", seconds=1.0, times=1, paths=[RESET])
+        with structlog.testing.capture_logs() as logs:
+            answer = await rotate(h)
+        assert answer.status_code == 503
+        rotation = answer.json()["rotation"]
+        assert rotation["result"] == "lockout"
+        assert "never received" in rotation["reason"]
+        assert h.emulator.account.rotations == 1  # the reset did happen upstream
+        assert any(
+            entry["log_level"] == "error" and entry["event"].startswith("TOKEN LOCKOUT")
+            for entry in logs
+        )
+        ready = await h.recoveryd.public.get("/readyz")
+        assert ready.status_code == 503
+        assert "locked out" in ready.json()["error"]
+        assert h.recoveryd.metric("recoveryd_token_lockout") == 1
+        assert h.recoveryd.metric("recoveryd_token_rotations_total", result="lockout") == 1
+        assert (await h.status())["token"]["lockedOut"] is True
+        refused = await rotate(h)  # no rotation while locked out: it could only fail
+        assert refused.status_code == 409
+
+        # Work that arrives now waits: no call goes out with a token that is refused.
+        calls_before = len(await h.journal())
+        dlq_ids = await h.seed(workflows(5))
+        await h.send_callbacks(dlq_ids)
+        await asyncio.sleep(0.5)
+        assert len(await h.journal()) == calls_before
+        assert (await h.status())["states"]["received"] == 5
+
+        # The operator puts the token from the service's console in the file.
+        (tmp_path / "credentials.json").write_text(json.dumps({"token": h.emulator.account.token}))
+        assert await h.settled(5) == {"done": 5}
+        assert (await h.recoveryd.public.get("/readyz")).status_code == 200
+        assert h.recoveryd.metric("recoveryd_token_lockout") == 0
+        last = (await h.status())["lastTokenRotation"]
+        assert last["result"] == "lockout"
+        assert last["resolvedAt"] is not None
+        secrets = {TOKEN, PASSWORD, h.emulator.account.token, h.emulator.account.password}
+        shown = json.dumps(logs, default=str) + answer.text + ready.text
+        assert not [secret for secret in secrets if secret in shown]
+
+
+async def test_a_token_reset_elsewhere_locks_out_after_the_first_refusal(tmp_path: Path) -> None:
+    """Someone resets the token in the console: the first refused calls lead to one check,
+    then to a lockout, instead of every dead letter spending its tries on 401s. No
+    dlqId is failed for it, and they all go through once the file has the new token."""
+    async with harness(tmp_path, RESUME_ALL, CREDENTIALS_FILE=str(tmp_path / "c.json")) as h:
+        reset = await h.control.post(RESET, auth=(USERNAME, PASSWORD))
+        assert reset.status_code == 200
+        dlq_ids = await h.seed(workflows(30))
+        await h.send_callbacks(dlq_ids)
+        await wait_for_metric(h, "recoveryd_token_lockout", 1)
+        assert "refuses the token" in (await h.recoveryd.public.get("/readyz")).text
+        refused = len(await h.journal())
+        await asyncio.sleep(0.5)
+        journal = await h.journal()
+        assert len(journal) == refused  # nothing more once locked out
+        assert {call["status"] for call in journal[1:]} == {401}
+        assert (await h.status())["states"]["received"] == 30
+
+        (tmp_path / "c.json").write_text(json.dumps({"token": reset.json()["token"]}))
+        assert await h.settled(30) == {"done": 30}
+        assert h.recoveryd.metric("recoveryd_token_lockout") == 0
+
+
+async def test_no_reset_when_the_new_credentials_could_not_be_saved(tmp_path: Path) -> None:
+    """The credentials file's folder is missing: the rotation is refused before the reset,
+    since a new token with nowhere to go would be a lockout at the next restart."""
+    settings = rotation_settings(tmp_path / "missing" / "credentials.json")
+    async with harness(tmp_path, RESUME_ALL, **settings) as h:
+        answer = await rotate(h)
+        assert answer.status_code == 409
+        assert "could not be saved" in answer.json()["error"]
+        assert await h.journal() == []
+        assert h.emulator.account.rotations == 0
