@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from daemon.account import CredentialsFileError, RotationTiming, Rotator, Saved
 from daemon.account import credentials_file as credentials_files
+from daemon.account.rotation import missing_basic_credentials
 from daemon.admin import admin_app
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
@@ -76,11 +77,9 @@ async def running(
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
     rules = LiveRules(settings.RULES, metrics, wall_clock=wall_clock)
     credentials, saved = initial_credentials(settings)
-    if settings.ROTATE_SCHEDULE and not (credentials.username and credentials.password):
-        raise SettingsError(
-            f"{PREFIX}ROTATE_SCHEDULE: the reset needs {PREFIX}ACCOUNT_USERNAME and "
-            f"{PREFIX}ACCOUNT_PASSWORD (or a credentials file that has them)"
-        )
+    missing = missing_basic_credentials(credentials)
+    if settings.ROTATE_SCHEDULE and missing:
+        raise SettingsError(f"{PREFIX}ROTATE_SCHEDULE: {missing}")
     observe = metrics.commit_size.observe
     async with (
         open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store,

@@ -45,12 +45,10 @@ from daemon.upstream import (
     AccountRecord,
     Credentials,
     CredentialsHolder,
-    ResponseError,
-    ServerError,
     ServiceClient,
     ServiceError,
-    TransportError,
 )
+from daemon.upstream.errors import surely_not_carried_out
 
 log = structlog.get_logger(__name__)
 
@@ -287,18 +285,15 @@ class Rotator:
             credentials_file.check_writable(self._file)
         except CredentialsFileError as exc:
             raise RotationRefused(f"the new credentials could not be saved: {exc}") from None
-        current = self._holder.current
-        if not current.username or not current.password:
-            raise RotationRefused(
-                "the reset needs RECOVERYD_ACCOUNT_USERNAME and RECOVERYD_ACCOUNT_PASSWORD "
-                "(or a credentials file that has them)"
-            )
+        missing = missing_basic_credentials(self._holder.current)
+        if missing:
+            raise RotationRefused(missing)
 
     async def _reset_and_save(self, rotation_id: int) -> tuple[RotationResult, str | None]:
         try:
             record = await self._client.rotate_token()
         except ServiceError as exc:
-            if _surely_not_done(exc):
+            if surely_not_carried_out(exc):
                 return "failure", f"the service did not reset the token: {exc}"
             return await self._find_out(f"its answer was lost ({exc})")
         if record.token is None:
@@ -417,12 +412,14 @@ class Rotator:
         }
 
 
-def _surely_not_done(error: ServiceError) -> bool:
-    """Whether a failed reset certainly changed nothing: the service refused it (4xx), or
-    the request never left. A 5xx may come after the change was made."""
-    if isinstance(error, ResponseError):
-        return not isinstance(error, ServerError)
-    return isinstance(error, TransportError) and not error.request_sent
+def missing_basic_credentials(credentials: Credentials) -> str | None:
+    """Why the reset cannot be called with `credentials`, or None when it can."""
+    if credentials.username and credentials.password:
+        return None
+    return (
+        "the reset needs RECOVERYD_ACCOUNT_USERNAME and RECOVERYD_ACCOUNT_PASSWORD "
+        "(or a credentials file that has them)"
+    )
 
 
 def _limits(record: AccountRecord) -> dict[str, int]:

@@ -145,6 +145,14 @@ def from_httpx(exc: httpx.TransportError, *, operation: str) -> TransportError:
     return ConnectionFailed(f"connection failed ({detail})", operation=operation)
 
 
+def surely_not_carried_out(error: ServiceError) -> bool:
+    """Whether the service certainly did not act on the failed call: it refused it (4xx),
+    or the request never left. A 5xx or a lost answer may come after the change was made."""
+    if isinstance(error, ResponseError):
+        return not isinstance(error, ServerError)
+    return isinstance(error, TransportError) and not error.request_sent
+
+
 def error_from_response(
     response: httpx.Response, *, operation: str, now: float
 ) -> ResponseError | None:
