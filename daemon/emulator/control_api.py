@@ -18,6 +18,21 @@ Lists are answered as plain JSON arrays.
   `overrides`, `rawHeaders`, `retries`, `failureCallback`, `labels`, `delaySeconds`,
   `status` pending|delivering|succeeded|failed, `deliveryId`, `resultDlqId`).
 * `POST /_emulator/faults` `FaultSpec` -> the armed faults; `GET` lists them; `DELETE` clears.
+  `{"kind", "times": 1, "paths": [], ...}`, kinds `status` (`status`: 503, `retryAfter`?),
+  `latency` (`seconds`: 0.5), `drop`, `rate_limit` (`limit`?, `retryAfter`?, `headers`: true;
+  false sends no `Burst-RateLimit-*` header at all), `malformed`, `corrupt_gzip`
+  (`carriedOut`: true; see `faults.FaultSpec`). A `corrupt_gzip` call is journaled with
+  `"carriedOut"`: whether the service acted on it.
+* `POST /_emulator/outage` `{"mode": "503"|"drop"|"hang" = "503", "seconds"?: S,
+  "retryAfter"?: S}` -> the outage: every service call (account endpoint included) is
+  answered 503 `{"error"}`, or has its connection closed without an answer (httpx:
+  `RemoteProtocolError`), or is held unanswered until the outage ends, then dropped (a
+  client with a timeout times out). For `seconds` of the emulator clock, else until
+  `DELETE /_emulator/outage`; a new POST replaces the outage in force. Nothing behind the
+  outage sees those calls (no DLQ change, no rate-limit count, no fault used up); they
+  are journaled with `"outage": mode` and status 503, or 0 when dropped or held.
+  `GET`/`DELETE` -> `{"active", "mode", "seconds", "remaining", "retryAfter", "calls",
+  "held"}`: `calls` met by the outage switched on last, `held` being held right now.
 * `GET /_emulator/account` / `POST /_emulator/account` `{"max_requests_per_second": N|null}`
   -> `{"max_requests_per_second", "username", "rotations"}` (never a credential).
 * `GET /_emulator/stats` -> `{"rate_limited", "max_requests_in_window", "calls"}`:
@@ -31,7 +46,8 @@ Lists are answered as plain JSON arrays.
   "status"}, ...]`.
 * `POST /_emulator/idle[?timeout=S]` -> `{"idle": true}` once no delivery, run or callback is
   in flight; 503 `{"error"}` after the timeout (default 10 s).
-* `POST /_emulator/reset` -> `{}`: everything cleared, back to the config's credentials.
+* `POST /_emulator/reset` -> `{}`: everything cleared (outage too), back to the config's
+  credentials.
 """
 
 from __future__ import annotations
@@ -46,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from daemon.emulator.emulator import Emulator, PublishRequest
 from daemon.emulator.errors import error_response
 from daemon.emulator.faults import FaultSpec
+from daemon.emulator.outage import OutageSpec
 from daemon.emulator.service_api import get_emulator
 from daemon.emulator.state import Endpoint, EndpointRef, SeedMessage, parse_endpoint_refs
 
@@ -130,6 +147,23 @@ async def list_faults(emulator: EmulatorDep) -> JSONResponse:
 async def clear_faults(emulator: EmulatorDep) -> JSONResponse:
     emulator.faults.clear()
     return JSONResponse({})
+
+
+@control.post("/outage")
+async def start_outage(outage: OutageSpec, emulator: EmulatorDep) -> JSONResponse:
+    emulator.outage.start(outage, emulator.clock())
+    return JSONResponse(emulator.outage.to_json(emulator.clock()))
+
+
+@control.get("/outage")
+async def read_outage(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse(emulator.outage.to_json(emulator.clock()))
+
+
+@control.delete("/outage")
+async def end_outage(emulator: EmulatorDep) -> JSONResponse:
+    emulator.outage.end()
+    return JSONResponse(emulator.outage.to_json(emulator.clock()))
 
 
 def _account_settings(emulator: Emulator) -> dict[str, Any]:

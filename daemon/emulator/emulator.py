@@ -20,6 +20,7 @@ from daemon.emulator.errors import BadRequest, NotFound
 from daemon.emulator.faults import FaultBook
 from daemon.emulator.headers import HeaderNames, as_lists, canonical, with_header
 from daemon.emulator.journal import Journal
+from daemon.emulator.outage import Outage
 from daemon.emulator.overrides import Overrides, is_http_url
 from daemon.emulator.ratelimit import FixedWindow
 from daemon.emulator.state import (
@@ -85,7 +86,7 @@ class PublishRequest(BaseModel):
 
 
 class Emulator:
-    """One emulated service account: DLQ, URL Groups, runs, journal, limits and faults.
+    """One emulated service account: DLQ, URL Groups, runs, journal, limits, faults, outage.
 
     Outbound requests (deliveries, callbacks) use `http_client` when given (its owner closes
     it), else a client of the emulator's own, made on first use and closed by `aclose`.
@@ -108,6 +109,7 @@ class Emulator:
         self.journal = Journal()
         self.limiter = FixedWindow(config.max_requests_per_second)
         self.faults = FaultBook()
+        self.outage = Outage()
         self.background = Background()
         self.rate_limited = 0
         self._given_client = http_client
@@ -159,6 +161,7 @@ class Emulator:
         self.store.clear()
         self.journal.clear()
         self.faults.clear()
+        self.outage.clear()
         self.courier.clear()
         self.limiter.reset(self.config.max_requests_per_second)
         self.rate_limited = 0

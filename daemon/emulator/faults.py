@@ -1,4 +1,4 @@
-"""Faults injected into the next calls to the service API: errors, latency, drops and 429s."""
+"""Faults injected into the next service calls: errors, latency, drops, 429s, corrupt bodies."""
 
 from __future__ import annotations
 
@@ -8,19 +8,36 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-FaultKind = Literal["status", "latency", "drop", "rate_limit", "malformed"]
+FaultKind = Literal["status", "latency", "drop", "rate_limit", "malformed", "corrupt_gzip"]
+
+# A gzip header, then a deflate block of the reserved type 11: zlib refuses it at once, so
+# httpx raises `DecodingError`. (A merely truncated stream would not do: httpx flushes the
+# decompressor at the end without complaint and hands over what it got.)
+CORRUPT_GZIP = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + b"\xff" * 16
+
+
+def retry_after_header(seconds: float | None) -> dict[str, str]:
+    """`Retry-After: <seconds>`, or nothing without a value (the service promises none)."""
+    return {} if seconds is None else {"Retry-After": f"{seconds:g}"}
 
 
 class FaultSpec(BaseModel):
     """A fault as `POST /_emulator/faults` takes it.
 
-    `status`: answer `status` with `{"error"}`. `latency`: wait `seconds`, then answer
-    normally. `drop`: start an answer and close the connection mid-body. `rate_limit`: a 429
-    with the `Burst-RateLimit-*` headers (limit = `limit`, else the account's), and
-    `Retry-After` only when `retryAfter` is given. `malformed`: a 200 whose body is not
-    JSON, as a broken proxy or an incompatible service version would send. Applies to
-    the next `times` service calls whose path starts with one of `paths` (every service
-    call when empty).
+    `status`: answer `status` with `{"error"}`, and `Retry-After` when `retryAfter` is
+    given. `latency`: wait `seconds`, then answer normally. `drop`: start an answer and
+    close the connection mid-body. `rate_limit`: a 429 with the `Burst-RateLimit-*` headers
+    (limit = `limit`, else the account's), and `Retry-After` only when `retryAfter` is
+    given. `malformed`: a 200 whose body is not JSON, as a broken proxy or an incompatible
+    service version would send. `corrupt_gzip`: an answer with `Content-Encoding: gzip`
+    and a body that is not gzip, so httpx raises `DecodingError` reading it; with
+    `carriedOut` (the default) the service acts on the call first and the answer keeps
+    its status (a proxy mangling the real answer: the operation WAS carried out), without
+    it the call is answered 200 and the service does nothing (the outcome a client cannot
+    tell from the first). `headers: false`: the answer carries no `Burst-RateLimit-*`
+    header, neither the fault's nor the account limit's (a 429 that says nothing but,
+    optionally, `Retry-After`). Applies to the next `times` service calls whose path
+    starts with one of `paths` (every service call when empty).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -30,6 +47,8 @@ class FaultSpec(BaseModel):
     seconds: float = Field(0.5, ge=0, le=120)
     retryAfter: float | None = Field(None, ge=0)  # the control API spells it so
     limit: int | None = Field(None, ge=1)
+    headers: bool = True
+    carriedOut: bool = True  # the control API spells it so
     times: int = Field(1, ge=1)
     paths: tuple[str, ...] = ()
 
@@ -37,9 +56,7 @@ class FaultSpec(BaseModel):
         return not self.paths or any(path.startswith(prefix) for prefix in self.paths)
 
     def retry_after_header(self) -> dict[str, str]:
-        if self.retryAfter is None:
-            return {}
-        return {"Retry-After": f"{self.retryAfter:g}"}
+        return retry_after_header(self.retryAfter)
 
 
 @dataclass
@@ -75,7 +92,8 @@ class FaultBook:
 
 
 class ConnectionDropped(httpx.RemoteProtocolError):
-    """Raised by the app after starting an answer, to cut the connection (the `drop` fault).
+    """Raised by the app to cut the connection: the `drop` fault, after starting an answer,
+    and a dropped call of an outage (`outage.cut_connection`) where the socket is out of reach.
 
     Under uvicorn the exception makes the server close the socket mid-body, so a client sees
     a protocol error. In-process, httpx's ASGITransport re-raises it to the client, and since

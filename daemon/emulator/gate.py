@@ -1,4 +1,4 @@
-"""The door of the service API: journal, injected faults and the rate limit, before routing."""
+"""The door of the service API: journal, outage, faults and the rate limit, before routing."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from daemon.emulator.account import DEFAULT_LIMITS, Account, parse_basic, parse_bearer
 from daemon.emulator.emulator import Emulator
 from daemon.emulator.errors import error_response
-from daemon.emulator.faults import ConnectionDropped, FaultSpec
+from daemon.emulator.faults import CORRUPT_GZIP, ConnectionDropped, FaultSpec
 from daemon.emulator.journal import Call, new_call
+from daemon.emulator.outage import ServiceDown
 from daemon.emulator.ratelimit import burst_headers
 
 CONTROL_PREFIX = "/_emulator"
@@ -52,16 +53,19 @@ def _add_headers(message: Message, headers: dict[str, str]) -> Message:
 class ServiceGate:
     """ASGI middleware in front of every service route (everything but `/_emulator/*`).
 
-    In order: the call is counted in its rate-limit window (every authenticated arrival
-    counts), an armed fault is applied, the limit is enforced (429), and the app answers.
-    The `Burst-RateLimit-*` headers go on every answer while a limit is set; no
-    `Retry-After` (the service promises none) unless a fault asks for it. The call is
-    journaled when it has been answered.
+    In order: an outage in force answers the call itself (503, drop or hang; see `outage`)
+    and nothing below sees it. Otherwise the call is counted in its rate-limit window
+    (every authenticated arrival counts), an armed fault is applied, the limit is enforced
+    (429), and the app answers. The `Burst-RateLimit-*` headers go on every answer while a
+    limit is set, unless a fault says `headers: false`; no `Retry-After` (the service
+    promises none) unless a fault asks for it. The call is journaled when it has been
+    answered (or dropped, with status 0).
     """
 
     def __init__(self, app: ASGIApp, emulator: Emulator) -> None:
         self.app = app
         self.emulator = emulator
+        self.service_down = ServiceDown(emulator.outage, emulator.clock, emulator.sleep)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or is_control(scope["path"]):
@@ -69,7 +73,11 @@ class ServiceGate:
             return
         call = new_call(scope, self.emulator.clock())
         try:
-            await self._serve(scope, receive, send, call)
+            outage = self.emulator.outage.current(self.emulator.clock())
+            if outage is not None:
+                await self.service_down(outage, scope, receive, send, call)
+            else:
+                await self._serve(scope, receive, send, call)
         finally:
             self.emulator.journal.record(call)
 
@@ -78,7 +86,9 @@ class ServiceGate:
         path: str = scope["path"]
         counted = is_rate_limited(path) and is_authenticated(scope, emulator.account)
         verdict = emulator.limiter.hit(emulator.clock()) if counted else None
-        burst = verdict.headers() if verdict is not None else {}
+        fault = emulator.faults.take(path)
+        quiet = fault is not None and not fault.headers
+        burst = verdict.headers() if verdict is not None and not quiet else {}
 
         async def receive_journaled() -> Message:
             message = await receive()
@@ -94,16 +104,21 @@ class ServiceGate:
                 message = _add_headers(message, burst)
             await send(message)
 
-        fault = emulator.faults.take(path)
+        answer: Send = send_journaled
         if fault is not None:
             call.fault = fault.kind
-            if await self._fault(fault, scope, receive_journaled, send_journaled, call):
+            if fault.kind == "corrupt_gzip" and fault.carriedOut:
+                # A proxy mangling the real answer: the service acts, the client cannot read it.
+                # (A call over the limit is refused before the service, so not carried out.)
+                call.carried_out = verdict is None or verdict.allowed
+                answer = _corrupting(send_journaled)
+            elif await self._fault(fault, scope, receive_journaled, send_journaled, call):
                 return
         if verdict is not None and not verdict.allowed:
             response = error_response(429, "rate limit exceeded")
-            await response(scope, receive_journaled, send_journaled)
+            await response(scope, receive_journaled, answer)
             return
-        await self.app(scope, receive_journaled, send_journaled)
+        await self.app(scope, receive_journaled, answer)
 
     async def _fault(
         self, fault: FaultSpec, scope: Scope, receive: Receive, send: Send, call: Call
@@ -116,20 +131,53 @@ class ServiceGate:
             await _drop(send, call)
         response: Response
         if fault.kind == "rate_limit":
-            limit = (
-                fault.limit
-                or self.emulator.limiter.limit
-                or DEFAULT_LIMITS["max_requests_per_second"]
-            )
-            reset = int(self.emulator.clock()) + 1
-            headers = {**burst_headers(limit, 0, reset), **fault.retry_after_header()}
+            headers = fault.retry_after_header()
+            if fault.headers:
+                limit = (
+                    fault.limit
+                    or self.emulator.limiter.limit
+                    or DEFAULT_LIMITS["max_requests_per_second"]
+                )
+                headers = {**burst_headers(limit, 0, int(self.emulator.clock()) + 1), **headers}
             response = error_response(429, "rate limit exceeded", headers)
         elif fault.kind == "malformed":
             response = Response("<html>not the service</html>", media_type="text/html")
+        elif fault.kind == "corrupt_gzip":
+            call.carried_out = False
+            await _send_corrupt(send, 200, [(b"content-type", b"application/json")])
+            return True
         else:
-            response = error_response(fault.status, f"injected fault: status {fault.status}")
+            message = f"injected fault: status {fault.status}"
+            response = error_response(fault.status, message, fault.retry_after_header())
         await response(scope, receive, send)
         return True
+
+
+# What the original answer said about its body's length and coding no longer holds.
+_BODY_HEADERS = frozenset({b"content-length", b"content-encoding", b"transfer-encoding"})
+
+
+async def _send_corrupt(send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    """Answer `status` with `headers` and a gzip body that cannot be decoded."""
+    kept = [(name, value) for name, value in headers if name.lower() not in _BODY_HEADERS]
+    coding = [(b"content-encoding", b"gzip"), (b"content-length", b"%d" % len(CORRUPT_GZIP))]
+    await send({"type": "http.response.start", "status": status, "headers": [*kept, *coding]})
+    await send({"type": "http.response.body", "body": CORRUPT_GZIP})
+
+
+def _corrupting(send: Send) -> Send:
+    """A `send` that holds back the app's answer and sends it with a corrupt gzip body."""
+    start: Message | None = None
+
+    async def corrupt(message: Message) -> None:
+        nonlocal start
+        if message["type"] == "http.response.start":
+            start = message
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            assert start is not None, "an ASGI answer starts before its body"
+            await _send_corrupt(send, start["status"], list(start.get("headers", [])))
+
+    return corrupt
 
 
 async def _drop(send: Send, call: Call) -> None:

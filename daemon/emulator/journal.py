@@ -42,6 +42,8 @@ class Call:
     at: float
     status: int | None = None
     fault: str | None = None
+    outage: str | None = None  # the outage's mode, when the call met one
+    carried_out: bool | None = None  # said of a corrupt answer: did the service act first?
     body: bytearray = field(default_factory=bytearray)
 
     def add_body(self, chunk: bytes) -> None:
@@ -62,6 +64,10 @@ class Call:
             entry["body"] = self.body.decode("utf-8", errors="replace")
         if self.fault is not None:
             entry["fault"] = self.fault
+        if self.carried_out is not None:
+            entry["carriedOut"] = self.carried_out
+        if self.outage is not None:
+            entry["outage"] = self.outage
         return entry
 
 

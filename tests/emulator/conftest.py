@@ -1,4 +1,5 @@
-"""The emulator in-process, its outbound requests going to an in-process `Sink`."""
+"""The emulator in-process, its outbound requests going to an in-process `Sink`; or served
+on a loopback socket by uvicorn (`served`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from daemon.emulator import Emulator, EmulatorConfig, create_app
+from daemon.serving import serve
 from tests.emulator.support import BEARER, FakeClock, Sink
 from tests.support import emulator_config
 
@@ -57,4 +59,14 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(
         transport=transport, base_url="http://emulator.test", headers=BEARER
     ) as client:
+        yield client
+
+
+@pytest.fixture
+async def served(config: EmulatorConfig) -> AsyncIterator[httpx.AsyncClient]:
+    """A client holding the initial bearer token, to the emulator served on a real socket."""
+    async with (
+        serve(create_app(config)) as url,
+        httpx.AsyncClient(base_url=url, headers=BEARER) as client,
+    ):
         yield client

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from daemon.emulator import EmulatorConfig, create_app
-from daemon.serving import serve
+from daemon.emulator import Emulator, create_app
 from tests.emulator.support import BEARER
 
 
@@ -66,15 +64,6 @@ async def test_drop_fault_breaks_the_connection_in_process(client: httpx.AsyncCl
     assert (await client.get("/v2/dlq/1-0")).status_code == 404
 
 
-@pytest.fixture
-async def served(config: EmulatorConfig) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        serve(create_app(config)) as url,
-        httpx.AsyncClient(base_url=url, headers=BEARER) as client,
-    ):
-        yield client
-
-
 async def test_drop_fault_breaks_a_real_connection(served: httpx.AsyncClient) -> None:
     """Over a socket the answer is cut off mid-body; the next call is answered."""
     await fault(served, kind="drop")
@@ -95,3 +84,51 @@ async def test_unknown_fault_kind_is_400(client: httpx.AsyncClient) -> None:
     """The control API validates what it is given."""
     response = await client.post("/_emulator/faults", json={"kind": "gremlins"})
     assert response.status_code == 400
+
+
+async def test_status_fault_sends_retry_after_when_asked(client: httpx.AsyncClient) -> None:
+    """A 503 fault with retryAfter carries that Retry-After."""
+    await fault(client, kind="status", status=503, retryAfter=3)
+    response = await client.get("/v2/dlq/1-0")
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "3"
+
+
+async def test_status_fault_has_no_retry_after_unless_asked(client: httpx.AsyncClient) -> None:
+    """Without retryAfter a status fault promises nothing, as the service does."""
+    await fault(client, kind="status", status=503)
+    assert "Retry-After" not in (await client.get("/v2/dlq/1-0")).headers
+
+
+async def test_rate_limit_fault_without_headers_sends_a_bare_429(
+    client: httpx.AsyncClient, emulator: Emulator
+) -> None:
+    """headers: false leaves out every Burst header, even with an account limit set."""
+    emulator.max_requests_per_second = 50
+    await fault(client, kind="rate_limit", headers=False)
+    response = await client.get("/v2/dlq/1-0")
+    assert response.status_code == 429
+    assert set(response.json()) == {"error"}
+    assert not [name for name in response.headers if name.lower().startswith("burst-")]
+    assert "Retry-After" not in response.headers
+
+
+async def test_rate_limit_fault_without_headers_keeps_retry_after(
+    client: httpx.AsyncClient,
+) -> None:
+    """headers: false with retryAfter: a 429 whose only hint is Retry-After."""
+    await fault(client, kind="rate_limit", headers=False, retryAfter=1.5)
+    response = await client.get("/v2/dlq/1-0")
+    assert response.status_code == 429
+    assert response.headers["Retry-After"] == "1.5"
+    assert "Burst-RateLimit-Limit" not in response.headers
+
+
+async def test_burst_headers_return_after_a_headerless_fault(
+    client: httpx.AsyncClient, emulator: Emulator
+) -> None:
+    """Only the faulted answer goes without the account limit's headers."""
+    emulator.max_requests_per_second = 50
+    await fault(client, kind="rate_limit", headers=False)
+    await client.get("/v2/dlq/1-0")
+    assert (await client.get("/v2/dlq/1-0")).headers["Burst-RateLimit-Limit"] == "50"
