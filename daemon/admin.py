@@ -8,20 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
+import structlog
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from daemon.account import RotationRefused, Rotator
 from daemon.metrics import Metrics
+from daemon.redrive import RedriveError, RedriveFieldError, RedriveFilter, redrive
 from daemon.rules import FileError, Unreadable
 from daemon.rules.live import LiveRules
 from daemon.store import Store, StoreUnavailable
+from daemon.upstream import ServiceClient
 from daemon.web import EXCEPTION_HANDLERS
+
+log = structlog.get_logger(__name__)
 
 
 def admin_app(
@@ -30,6 +36,8 @@ def admin_app(
     metrics: Metrics,
     rules: LiveRules,
     rotator: Rotator,
+    client: ServiceClient,
+    on_redriven: Callable[[], None] = lambda: None,
     wall_clock: Callable[[], float] = time.time,
 ) -> FastAPI:
     app = FastAPI(
@@ -42,18 +50,12 @@ def admin_app(
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
-        # Depth is read at scrape time, so it is right even with several replicas on one
-        # database; a store that does not answer leaves the last value (and readiness fails).
-        with contextlib.suppress(StoreUnavailable):
-            metrics.inbox_depth.set(await store.inbox_depth())
-            status = await store.status(wall_clock())
-            for state, count in status["states"].items():
-                metrics.dlq_ids.labels(state).set(count)
-            metrics.oldest_pending.set(status["oldestPendingSeconds"])
-            metrics.pending_batches.set(status["pendingBatches"])
+        await _read_store_gauges(store, metrics, wall_clock())
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/api/v1/dlq/{dlq_id}")
+    # `:path`: a dlqId may hold a `/` (the service does not forbid it); sent %2F-encoded,
+    # it arrives decoded, and a plain parameter would stop at it.
+    @app.get("/api/v1/dlq/{dlq_id:path}")
     async def dlq_record(dlq_id: str) -> JSONResponse:
         """One dlqId's record: state, rules, calls and their results, timestamps."""
         found = await store.record(dlq_id)
@@ -67,6 +69,7 @@ def admin_app(
         answer: dict[str, Any] = {
             **await store.status(wall_clock()),
             **await rotator.status(),
+            "upstream": {"circuits": client.breaker_states()},
             "rules": {
                 "sha256": ruleset.digest,
                 "rules": len(ruleset.rules),
@@ -75,6 +78,12 @@ def admin_app(
             },
         }
         return JSONResponse(answer)
+
+    @app.post("/api/v1/redrive")
+    async def redrive_dlq_ids(request: Request) -> JSONResponse:
+        """Put final dlqIds back into the pipeline (`recoveryd redrive --yes`); the filter
+        as JSON: {"states": ["failed"], "rule": "...", "since": "24h", "dryRun": false}."""
+        return await _redrive(await request.body(), store, metrics, on_redriven, wall_clock())
 
     @app.post("/-/reload")
     async def reload() -> JSONResponse:
@@ -98,6 +107,39 @@ def admin_app(
         return await _rotate(rotator)
 
     return app
+
+
+async def _read_store_gauges(store: Store, metrics: Metrics, now: float) -> None:
+    # Read at scrape time, so they are right even with several replicas on one database;
+    # a store that does not answer leaves the last values (and readiness fails).
+    with contextlib.suppress(StoreUnavailable):
+        metrics.inbox_depth.set(await store.inbox_depth())
+        status = await store.status(now)
+        for state, count in status["states"].items():
+            metrics.dlq_ids.labels(state).set(count)
+        metrics.oldest_pending.set(status["oldestPendingSeconds"])
+        metrics.pending_batches.set(status["pendingBatches"])
+        metrics.store_size.set(await store.size_bytes())
+
+
+async def _redrive(
+    body: bytes, store: Store, metrics: Metrics, on_redriven: Callable[[], None], now: float
+) -> JSONResponse:
+    try:
+        selection = RedriveFilter.from_json(json.loads(body) if body.strip() else {})
+    except ValueError:
+        return JSONResponse({"error": "the body is not JSON"}, 400)
+    except RedriveFieldError as exc:
+        return JSONResponse({"error": exc.message, "field": exc.field}, 400)
+    except RedriveError as exc:
+        return JSONResponse({"error": str(exc)}, 400)
+    answer = await redrive(store, selection, now)
+    if not selection.dryRun and answer["count"]:
+        metrics.redriven.inc(answer["count"])
+        log.info("redriven", dlq_ids=answer["count"], states=list(selection.states),
+                 rule=selection.rule, since=selection.since)  # fmt: skip
+        on_redriven()
+    return JSONResponse(answer)
 
 
 async def _rotate(rotator: Rotator) -> JSONResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -25,10 +26,13 @@ from daemon.ingest.signature import Verifier
 from daemon.metrics import Metrics
 from daemon.pipeline import Pipeline, Tuning
 from daemon.pipeline.calls import observer
+from daemon.retention import Retention
 from daemon.rules.live import LiveRules
 from daemon.settings import PREFIX, Settings, SettingsError
 from daemon.store import Store, StoreUnavailable, open_store
+from daemon.supervisor import Supervisor
 from daemon.upstream import (
+    BreakerPolicy,
     Credentials,
     CredentialsHolder,
     RateLimiter,
@@ -64,15 +68,16 @@ async def running(
     retry: RetryPolicy | None = None,
     tuning: Tuning | None = None,
     rotation: RotationTiming | None = None,
+    breaker: BreakerPolicy | None = None,
     http_timeout: float = 10.0,
 ) -> AsyncIterator[Daemon]:
     """Load the rules, open the store and build both apps; on exit, pending commits land,
     then it closes. FileError or Unreadable when the rules cannot be used, SettingsError
     when the credentials cannot.
 
-    `store_options` go to the store's `open` (timeouts and limits), `retry` to the service
-    client, `tuning` to the pipeline, `rotation` to the token rotation, `http_timeout`
-    bounds each call to the service: tests make them short.
+    `store_options` go to the store's `open` (timeouts and limits), `retry` and `breaker`
+    to the service client, `tuning` to the pipeline, `rotation` to the token rotation,
+    `http_timeout` bounds each call to the service: tests make them short.
     """
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
     rules = LiveRules(settings.RULES, metrics, wall_clock=wall_clock)
@@ -81,15 +86,22 @@ async def running(
     if settings.ROTATE_SCHEDULE and missing:
         raise SettingsError(f"{PREFIX}ROTATE_SCHEDULE: {missing}")
     observe = metrics.commit_size.observe
+    supervisor = Supervisor(metrics)
     async with (
         open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store,
         httpx.AsyncClient(timeout=http_timeout) as http,
     ):
         client, rotator = account(
-            settings, http, store, metrics, credentials, saved, retry, rotation, wall_clock
-        )
+            settings, http, store, metrics, credentials, saved, retry, rotation, wall_clock,
+            supervisor, breaker,
+        )  # fmt: skip
+        client.on_breaker_change = _breaker_watch(metrics)
         pipeline = Pipeline(
             store, client, rules, metrics, dry_run=settings.DRY_RUN, tuning=tuning,
+            supervisor=supervisor, wall_clock=wall_clock,
+        )  # fmt: skip
+        retention = Retention(
+            store, metrics, keep=settings.RETENTION, dlq_retention=rotator.dlq_retention,
             wall_clock=wall_clock,
         )  # fmt: skip
         verifier = None
@@ -105,11 +117,15 @@ async def running(
             wall_clock=wall_clock,
             on_accepted=pipeline.wake,
         )
-        readiness = Readiness(store, token_present=bool(credentials.token), rotator=rotator)
-        admin = admin_app(
-            store=store, metrics=metrics, rules=rules, rotator=rotator, wall_clock=wall_clock
+        readiness = Readiness(
+            store, token_present=bool(credentials.token), rotator=rotator, supervisor=supervisor
         )
-        async with pipeline.running(), rotator.running():
+        admin = admin_app(
+            store=store, metrics=metrics, rules=rules, rotator=rotator, client=client,
+            on_redriven=pipeline.wake, wall_clock=wall_clock,
+        )  # fmt: skip
+        pruning = supervisor.spawn("retention", retention.run, required=False)
+        async with pipeline.running(), rotator.running(), _cancelled_at_exit(pruning):
             yield Daemon(
                 store=store,
                 metrics=metrics,
@@ -166,6 +182,8 @@ def account(
     retry: RetryPolicy | None = None,
     timing: RotationTiming | None = None,
     wall_clock: Callable[[], float] = time.time,
+    supervisor: Supervisor | None = None,
+    breaker: BreakerPolicy | None = None,
 ) -> tuple[ServiceClient, Rotator]:
     """The service client and the token rotation, sharing the credentials they hold."""
     holder = CredentialsHolder(credentials)
@@ -178,6 +196,7 @@ def account(
         retry=retry,
         observe=observer(metrics, wall_clock),
         limiter=RateLimiter(settings.MAX_RPS, pinned=settings.MAX_RPS is not None, probe=True),
+        breaker=breaker,
     )
     rotator = Rotator(
         client,
@@ -187,6 +206,7 @@ def account(
         credentials_file=settings.CREDENTIALS_FILE,
         schedule=settings.ROTATE_SCHEDULE,
         timing=timing,
+        supervisor=supervisor,
         wall_clock=wall_clock,
     )
     if saved is not None:
@@ -194,14 +214,43 @@ def account(
     return client, rotator
 
 
-class Readiness:
-    """`/readyz`: ready when the store answers, a token is present and the service is not
-    refusing it (PRODUCT.md §2)."""
+@contextlib.asynccontextmanager
+async def _cancelled_at_exit(task: asyncio.Task[None]) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
-    def __init__(self, store: Store, *, token_present: bool, rotator: Rotator) -> None:
+
+def _breaker_watch(metrics: Metrics) -> Callable[[str, str], None]:
+    """The client's circuit breakers, as a metric and one log line per change."""
+
+    def changed(operation: str, state: str) -> None:
+        metrics.circuit_open.labels(operation).set(0 if state == "closed" else 1)
+        if state == "open":
+            log.warning("the service keeps failing calls; holding them back and probing",
+                        operation=operation)  # fmt: skip
+        elif state == "closed":
+            log.info("the service answers again; calls resume", operation=operation)
+
+    return changed
+
+
+class Readiness:
+    """`/readyz`: ready when the store answers and is healthy, every required task runs,
+    a token is present and the service is not refusing it (PRODUCT.md §2). The service
+    being down does not make the daemon unready: callbacks are still stored, and acted
+    on once it is back."""
+
+    def __init__(
+        self, store: Store, *, token_present: bool, rotator: Rotator, supervisor: Supervisor
+    ) -> None:
         self._store = store
         self._token_present = token_present
         self._rotator = rotator
+        self._supervisor = supervisor
 
     async def reasons(self) -> list[str]:
         """Why the daemon is not ready; empty when it is."""
@@ -212,7 +261,7 @@ class Readiness:
             reasons.append(f"store: {exc}")
         if not self._token_present:
             reasons.append("no token: set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE")
-        return reasons + self._rotator.problems()
+        return reasons + self._rotator.problems() + self._supervisor.problems()
 
 
 def public_app(receiver: CallbackReceiver, readiness: Readiness) -> ASGIApp:
@@ -225,7 +274,9 @@ def public_app(receiver: CallbackReceiver, readiness: Readiness) -> ASGIApp:
     async def readyz(request: Request) -> JSONResponse:
         reasons = await readiness.reasons()
         if reasons:
-            return JSONResponse({"error": "not ready: " + "; ".join(reasons)}, 503)
+            return JSONResponse(
+                {"error": "not ready: " + "; ".join(reasons), "reasons": reasons}, 503
+            )
         return JSONResponse({"status": "ready"})
 
     probes = Starlette(

@@ -210,3 +210,47 @@ def rotate_token(wait: float) -> None:
         click.echo(asyncio.run(rotate_now(settings, wait)))
     except RotateError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    default=("failed",),
+    show_default=True,
+    help="Final state to redrive (repeat for several): failed, gone, skipped, dry-run, done.",
+)
+@click.option("--rule", help="Only dlqIds decided by this rule.")
+@click.option(
+    "--since", type=_Duration(), help="Only dlqIds that reached their state this recently (24h)."
+)
+@click.option("--yes", is_flag=True, help="Do it; without --yes, only print what it would do.")
+def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes: bool) -> None:
+    """Put final dlqIds back into the pipeline, to be fetched and decided again.
+
+    A running daemon (on RECOVERYD_ADMIN_LISTEN) is asked to do it; with none running,
+    the store (RECOVERYD_STORE) is changed here and the next start picks them up.
+    """
+    import time
+
+    from daemon.redrive import RedriveError, RedriveFilter, redrive_now
+    from daemon.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(os.environ)
+        wanted = {"states": list(states), "rule": rule, "dryRun": not yes}
+        selection = RedriveFilter.from_json({**wanted, "since": f"{since}s" if since else None})
+        answer = asyncio.run(redrive_now(settings, selection, time.time()))
+    except (SettingsError, RedriveError) as exc:
+        raise click.ClickException(str(exc)) from None
+    count, listed = answer["count"], answer["dlqIds"]
+    for dlq_id in listed:
+        click.echo(dlq_id)
+    if len(listed) < count:
+        click.echo(f"... and {count - len(listed)} more")
+    which = f"{count} dlqId(s) in state {', '.join(states)}"
+    if yes:
+        click.echo(f"redriven: {which}; they will be fetched and decided again")
+    else:
+        click.echo(f"would redrive {which}; run again with --yes to do it")

@@ -4,9 +4,46 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+import time
+from collections.abc import Callable, MutableMapping
+from typing import Any, Literal
 
 import structlog
+
+_FOLDED_LEVELS = frozenset({"warning", "error", "critical"})
+
+
+class RepeatFilter:
+    """Folds repeated warnings and errors into one line a `window` with a count.
+
+    When the service is down or the disk is full, the same failure happens for every
+    dlqId and every commit: tens of thousands of identical lines that bury the first
+    one and fill the disk further. The first line of a kind (same level, event and
+    task) in each window is written; the rest are counted, and the next one written
+    says how many were left out (`repeated`). Info and debug lines pass untouched.
+    """
+
+    def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._window = window
+        self._clock = clock
+        self._seen: dict[tuple[Any, ...], list[float]] = {}  # kind -> [written at, left out]
+
+    def __call__(
+        self, logger: Any, method_name: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        level = event.get("level", method_name)
+        if level not in _FOLDED_LEVELS:
+            return event
+        kind = (level, event.get("event"), event.get("task"))
+        now = self._clock()
+        seen = self._seen.get(kind)
+        if seen is not None and now - seen[0] < self._window:
+            seen[1] += 1
+            raise structlog.DropEvent
+        if seen is not None and seen[1]:
+            event["repeated"] = int(seen[1])  # lines like this left out since the last one
+        self._seen[kind] = [now, 0]
+        return event
 
 
 def configure_logging(fmt: Literal["json", "console"], level: int = logging.INFO) -> None:
@@ -22,7 +59,7 @@ def configure_logging(fmt: Literal["json", "console"], level: int = logging.INFO
         else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, RepeatFilter(), structlog.processors.format_exc_info, renderer],
         # Filtering in the bound logger makes a disabled debug call nearly free.
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -40,3 +77,7 @@ def configure_logging(fmt: Literal["json", "console"], level: int = logging.INFO
     root.setLevel(level)
     # APScheduler logs every job run at INFO; the rotation logs its own outcome.
     logging.getLogger("apscheduler").setLevel(max(level, logging.WARNING))
+    # httpx logs every request at INFO with its full URL: one line per service call, and
+    # whatever a URL carries would be in the log.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

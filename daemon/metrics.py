@@ -155,6 +155,34 @@ class Metrics:
             ["limit"],
             registry=registry,
         )
+        self.task_crashes = Counter(
+            "recoveryd_task_crashes",
+            "Background tasks that ended with an exception and were restarted, by task.",
+            ["task"],
+            registry=registry,
+        )
+        self.circuit_open = Gauge(
+            "recoveryd_upstream_circuit_open",
+            "1 while calls of this operation are held back because the service keeps "
+            "failing them (the circuit breaker is open or probing); 0 when closed.",
+            ["operation"],
+            registry=registry,
+        )
+        self.store_size = Gauge(
+            "recoveryd_store_size_bytes",
+            "Size of the store on disk (read at scrape time).",
+            registry=registry,
+        )
+        self.pruned = Counter(
+            "recoveryd_pruned_records",
+            "Final dlqId records deleted by retention (RECOVERYD_RETENTION).",
+            registry=registry,
+        )
+        self.redriven = Counter(
+            "recoveryd_redriven",
+            "Final dlqIds put back into the pipeline by a redrive.",
+            registry=registry,
+        )
         self.dlq_retention = Gauge(
             "recoveryd_account_dlq_retention_seconds",
             "How long the service keeps a DLQ message (the account's "

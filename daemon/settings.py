@@ -11,10 +11,12 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -23,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from daemon.durations import parse_duration
 from daemon.schedule import parse_schedule
 from daemon.urls import http_url, without_credentials
 
@@ -43,8 +46,19 @@ class SettingsError(ValueError):
 
 
 def _base_url(value: str) -> str:
+    # User info in the URL would make httpx send basic auth instead of the bearer token
+    # (the service refuses it), and print the password wherever the URL is logged.
+    if "@" in urlsplit(value).netloc:
+        raise ValueError(
+            "must not carry a user or password (the token goes in RECOVERYD_TOKEN); "
+            f"got {without_credentials(value)!r}"
+        )
     # Paths are appended to it: `https://host/` and `https://host` are the same base.
     return http_url(value).rstrip("/")
+
+
+def _duration(value: Any) -> Any:
+    return parse_duration(value) if isinstance(value, str) else value
 
 
 def _listen(value: str) -> str:
@@ -61,6 +75,7 @@ def _schedule(value: str) -> str:
 
 
 HttpUrl = Annotated[str, AfterValidator(http_url)]
+Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
 BaseUrl = Annotated[str, AfterValidator(_base_url)]
 Listen = Annotated[str, AfterValidator(_listen)]
 
@@ -98,6 +113,7 @@ class Settings(BaseModel):
     MAX_REMOVALS_PER_HOUR: int = Field(default=10, ge=0)
     DRY_RUN: bool = False
     LOG_FORMAT: Literal["json", "console"] = "json"
+    RETENTION: Duration = 7 * 86400.0
 
     @field_validator("HEADER_PREFIX")
     @classmethod

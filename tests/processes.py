@@ -23,12 +23,16 @@ class Served:
     process: subprocess.Popen[str]
     url: str
     admin_url: str
+    log: Path  # its stderr: a file, since a pipe nobody reads would block it when full
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> tuple[int, str]:
         """Send `sig`, wait for the exit; the exit status and everything it logged."""
         self.process.send_signal(sig)
-        _, logs = self.process.communicate(timeout=30)
-        return self.process.returncode, logs
+        self.process.wait(timeout=30)
+        return self.process.returncode, self.logs()
+
+    def logs(self) -> str:
+        return self.log.read_text()
 
 
 def free_port() -> int:
@@ -43,14 +47,16 @@ def environ(tmp_path: Path, **settings: str) -> dict[str, str]:
     return inherited | daemon_env(tmp_path, **settings)
 
 
-def run(environ: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "daemon", "serve"],
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def run(environ: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    """`recoveryd serve`, its stderr appended to `log`."""
+    with log.open("a") as stderr:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "daemon", "serve"],
+            env=environ,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
 
 
 @contextlib.contextmanager
@@ -58,22 +64,23 @@ def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
     """`recoveryd serve` on free loopback ports, once /healthz answers; killed at the end."""
     port, admin_port = free_port(), free_port()
     settings = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"} | settings
-    process = run(environ(tmp_path, **settings))
-    served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}")
+    log = tmp_path / f"serve-{port}.log"
+    process = run(environ(tmp_path, **settings), log)
+    served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", log)
     try:
         wait_until_healthy(served)
         yield served
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate(timeout=30)
+            process.wait(timeout=30)
 
 
 def wait_until_healthy(served: Served) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if served.process.poll() is not None:
-            raise AssertionError(f"serve exited: {served.process.communicate()[1]}")
+            raise AssertionError(f"serve exited: {served.logs()}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
                 return

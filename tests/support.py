@@ -22,7 +22,7 @@ from daemon.emulator.signing import sign
 from daemon.pipeline import Tuning
 from daemon.serving import serve
 from daemon.settings import load_settings
-from daemon.upstream import CredentialsHolder, RetryPolicy, ServiceClient
+from daemon.upstream import BreakerPolicy, CredentialsHolder, RetryPolicy, ServiceClient
 
 TOKEN = "tok_tests_initial_token"
 USERNAME = "ops@example.com"
@@ -37,6 +37,9 @@ FAST_RETRY = RetryPolicy(base_delay=0.01, max_delay=0.05, max_attempts=4, max_el
 FAST_TUNING = Tuning(
     retry_base=0.05, idle_poll=0.05, housekeeping=0.5, drain_timeout=2.0, lease=30.0
 )
+
+# The circuit breakers' waits, scaled down the same way.
+FAST_BREAKER = BreakerPolicy(first_open=0.2, max_open=2.0, probe_poll=0.05)
 
 # The token rotation's waits, scaled down the same way.
 FAST_ROTATION = RotationTiming(
@@ -192,6 +195,7 @@ async def running_recoveryd(
     retry: RetryPolicy = FAST_RETRY,
     http_timeout: float = 10.0,
     rotation: RotationTiming = FAST_ROTATION,
+    breaker: BreakerPolicy = FAST_BREAKER,
     **settings: str,
 ) -> AsyncIterator[Recoveryd]:
     """recoveryd on loopback sockets in this event loop, configured by `daemon_env`, with
@@ -206,6 +210,7 @@ async def running_recoveryd(
             retry=retry,
             tuning=tuning,
             rotation=rotation,
+            breaker=breaker,
             http_timeout=http_timeout,
         ) as daemon,
         serve(daemon.public) as public_url,

@@ -45,6 +45,7 @@ def error_for(env: dict[str, str], **overrides: Any) -> str:
         ("MAX_RPS", None),
         ("PUBLIC_URL", None),
         ("MAX_REMOVALS_PER_HOUR", 10),
+        ("RETENTION", 7 * 86400.0),
     ],
 )
 def test_defaults_match_the_product_contract(attribute: str, expected: object) -> None:
@@ -258,3 +259,20 @@ def test_credentials_in_a_url_that_does_not_parse_are_not_shown() -> None:
         load_settings(environ(SERVICE_URL="https//user:hunter2@host"))
     assert "hunter2" not in str(caught.value)
     assert "***@host" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["SERVICE_URL", "ACCOUNT_URL"])
+def test_a_service_url_with_user_info_is_refused_without_showing_it(name: str) -> None:
+    """User info in a service URL would replace the bearer token with basic auth and put
+    the password in logs: the start stops, and the password is not echoed."""
+    message = error_for(environ(**{name: f"https://ops:{PASSWORD}@qstash.example.com"}))
+    assert message.startswith(f"RECOVERYD_{name}: must not carry a user or password")
+    assert PASSWORD not in message
+    assert "***@qstash.example.com" in message
+
+
+def test_retention_is_a_duration() -> None:
+    """RECOVERYD_RETENTION takes 30m, 24h, 7d...; anything else names the setting."""
+    assert load_settings(environ(RETENTION="36h")).RETENTION == 36 * 3600.0
+    assert error_for(environ(RETENTION="a week")).startswith("RECOVERYD_RETENTION: a duration")
+    assert error_for(environ(RETENTION="0s")).startswith("RECOVERYD_RETENTION: ")

@@ -24,7 +24,7 @@ class RotateError(Exception):
 
 async def rotate_now(settings: Settings, wait: float) -> str:
     """Rotate within `wait` seconds; the line to print on success, RotateError otherwise."""
-    admin = _admin_url(settings)
+    admin = admin_url(settings)
     if admin is not None:
         try:
             return await _ask_daemon(admin, wait)
@@ -81,7 +81,7 @@ def _described(rotation: Rotation, settings: Settings) -> str:
     return f"token rotated (rotation {rotation.id}); credentials saved to {saved_to}"
 
 
-def _admin_url(settings: Settings) -> str | None:
+def admin_url(settings: Settings) -> str | None:
     """Where a daemon with these settings listens for admin calls, seen from here."""
     host, port = settings.admin_listen
     if port == 0:

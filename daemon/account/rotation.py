@@ -41,6 +41,7 @@ from daemon.metrics import Metrics
 from daemon.schedule import parse_schedule
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import Rotation, RotationResult
+from daemon.supervisor import Supervisor
 from daemon.upstream import (
     AccountRecord,
     Credentials,
@@ -86,9 +87,11 @@ class Rotator:
         credentials_file: Path | None,
         schedule: str = "",
         timing: RotationTiming | None = None,
+        supervisor: Supervisor | None = None,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        self._supervisor = supervisor or Supervisor(metrics)
         self._client = client
         self._holder = holder
         self._store = store
@@ -102,6 +105,7 @@ class Rotator:
         self._trouble: str | None = None  # why readiness fails, while it does
         self._unrecorded: tuple[int, RotationResult, str | None] | None = None
         self._checking: asyncio.Task[None] | None = None
+        self._dlq_retention: float | None = None
         client.on_refused = self.token_refused
 
     @property
@@ -119,7 +123,12 @@ class Rotator:
             self._metrics.account_limit.labels(name).set(value)
         retention = limits.get("max_dlq_retention_time_milis")
         if retention is not None:
+            self._dlq_retention = retention / 1000
             self._metrics.dlq_retention.set(retention / 1000)
+
+    def dlq_retention(self) -> float | None:
+        """How long the service keeps a DLQ message (seconds), once it has said so."""
+        return self._dlq_retention
 
     # -- running: the start's check, the schedule, the lockout watch --------------------
 
@@ -129,7 +138,7 @@ class Rotator:
         for a token that works, for the block."""
         success = await self._store.last_rotation_success()
         self._metrics.last_rotation_success.set(success or 0)
-        tasks = [asyncio.create_task(self._recover_then_watch(), name="recoveryd-rotation")]
+        tasks = [self._supervisor.spawn("rotation", self._recover_then_watch)]
         scheduler = None
         if self._schedule:
             scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())

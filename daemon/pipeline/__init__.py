@@ -20,6 +20,7 @@ from daemon.pipeline.fetch import Fetcher
 from daemon.rules import BatchPolicy
 from daemon.rules.live import LiveRules
 from daemon.store import Store
+from daemon.supervisor import Supervisor
 from daemon.upstream import ServiceClient
 
 
@@ -30,9 +31,9 @@ class Tuning:
     workers: int = 4
     chunk: int = 25
     lease: float = 300.0
-    fetch_tries: int = 5
-    max_sends: int = 3
+    fetch_tries: int = 5  # answers final for a dlqId (a 400...) before it is `failed`
     retry_base: float = 5.0  # seconds before a failed fetch or batch is looked at again
+    retry_cap: float = 60.0  # the longest backoff: work resumes within it of a recovery
     idle_poll: float = 1.0
     housekeeping: float = 60.0
     drain_timeout: float = 10.0
@@ -48,17 +49,20 @@ class Pipeline:
         *,
         dry_run: bool = False,
         tuning: Tuning | None = None,
+        supervisor: Supervisor | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         tuning = tuning or Tuning()
         self._tuning = tuning
+        supervisor = supervisor or Supervisor(metrics)
         self.batcher = Batcher(
             store,
             client,
             metrics,
             lambda name: _policy(rules, name),
-            max_sends=tuning.max_sends,
+            supervisor=supervisor,
             retry_base=tuning.retry_base,
+            retry_cap=tuning.retry_cap,
             housekeeping=tuning.housekeeping,
             wall_clock=wall_clock,
         )
@@ -68,12 +72,14 @@ class Pipeline:
             rules,
             metrics,
             self.batcher.add,
+            supervisor=supervisor,
             dry_run=dry_run,
             workers=tuning.workers,
             chunk=tuning.chunk,
             lease=tuning.lease,
             max_tries=tuning.fetch_tries,
             retry_base=tuning.retry_base,
+            retry_cap=tuning.retry_cap,
             idle_poll=tuning.idle_poll,
             wall_clock=wall_clock,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import socket
 import time
 import uuid
@@ -26,9 +27,11 @@ from daemon.rules import facts
 from daemon.rules.live import LiveRules
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import Claimed, Outcome, Pending
-from daemon.upstream import NotFound, ServiceClient, ServiceError
+from daemon.supervisor import Supervisor
+from daemon.upstream import NotFound, ServiceClient, ServiceError, Unauthorized, is_transient
 
 log = structlog.get_logger(__name__)
+_OPERATION = "get_dlq_message"
 
 
 class Fetcher:
@@ -40,32 +43,42 @@ class Fetcher:
         metrics: Metrics,
         on_decided: Callable[[list[Pending]], None],
         *,
+        supervisor: Supervisor | None = None,
         dry_run: bool = False,
         workers: int = 4,
         chunk: int = 25,
         lease: float = 300.0,
         max_tries: int = 5,
         retry_base: float = 5.0,
+        retry_cap: float = 60.0,
         idle_poll: float = 1.0,
         wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
     ) -> None:
-        """`lease` outlasts the client's retries of one fetch; a failed fetch is tried
-        again after `retry_base` * 2**(tries-1) seconds, `max_tries` times in all, then the
-        dlqId is `failed`. Idle workers look again every `idle_poll` seconds (retries come
-        due) or as soon as `wake` says a callback arrived."""
+        """`lease` outlasts the client's retries of one fetch. A failed fetch is tried
+        again after `retry_base` * 2**(tries-1) seconds, jittered, at most `retry_cap`.
+        Only an answer that is final for the dlqId (a 4xx but 401/403/404/408/429) ends it
+        `failed`, after `max_tries`; a service or network that is down never does. Idle
+        workers look again every `idle_poll` seconds (retries come due) or as soon as
+        `wake` says a callback arrived."""
         self._store = store
         self._client = client
         self._rules = rules
         self._metrics = metrics
         self._on_decided = on_decided
+        self._supervisor = supervisor or Supervisor(metrics)
         self._dry_run = dry_run
         self._workers = workers
         self._chunk = chunk
         self._lease = lease
         self._max_tries = max_tries
         self._retry_base = retry_base
+        self._retry_cap = retry_cap
         self._idle_poll = idle_poll
         self._wall_clock = wall_clock
+        self._clock = clock
+        self._rand = rand
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._wakeup = asyncio.Event()
         self._stopping = False
@@ -77,7 +90,8 @@ class Fetcher:
     @contextlib.asynccontextmanager
     async def running(self, drain_timeout: float = 10.0) -> AsyncIterator[None]:
         tasks = [
-            asyncio.create_task(self._work(), name="recoveryd-fetch") for _ in range(self._workers)
+            self._supervisor.spawn(f"fetch-{number}", self._work)
+            for number in range(1, self._workers + 1)
         ]
         try:
             yield
@@ -93,6 +107,7 @@ class Fetcher:
     async def _work(self) -> None:
         failures = 0
         while not self._stopping:
+            await self._wait_for_the_service()
             try:
                 busy = await self._one_chunk()
             except StoreUnavailable as exc:
@@ -102,10 +117,22 @@ class Fetcher:
                 continue
             failures = 0
             if not busy:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._idle_poll):
-                        await self._wakeup.wait()
-                self._wakeup.clear()
+                await self._idle(self._idle_poll)
+
+    async def _wait_for_the_service(self) -> None:
+        """While the service keeps failing reads (the client's circuit is open), claim
+        nothing: each claim would only move dlqIds into backoff. Wait for the probe."""
+        while not self._stopping:
+            retry_at = self._client.retry_at(_OPERATION)
+            if retry_at is None:
+                return
+            await self._idle(max(0.05, retry_at - self._clock()))
+
+    async def _idle(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wakeup.wait()
+        self._wakeup.clear()
 
     async def _one_chunk(self) -> bool:
         """Lease, fetch, decide and settle one chunk; False when there was nothing to do."""
@@ -162,14 +189,16 @@ class Fetcher:
         self, claimed: Claimed, error: ServiceError, calls: tuple[dict[str, object], ...]
     ) -> Outcome:
         reason = f"fetching the DLQ message failed: {error}"
-        if claimed.tries >= self._max_tries:
+        if is_final_for(error) and claimed.tries >= self._max_tries:
             log.error("dlq message not fetched; giving up", dlq_id=claimed.dlq_id, reason=reason)
             return Outcome(
                 claimed.dlq_id, "failed", reason=f"{reason} ({claimed.tries} tries)", calls=calls
             )
-        delay = self._retry_base * 2 ** (claimed.tries - 1)
+        delay = backoff(claimed.tries, self._retry_base, self._retry_cap, self._rand)
+        # An outage fails thousands at once: the log's repeat filter folds these lines
+        # into one a minute with a count (daemon/logs.py).
         log.warning("dlq message not fetched; will try again", dlq_id=claimed.dlq_id,
-                    reason=reason, in_seconds=delay)  # fmt: skip
+                    reason=reason, in_seconds=round(delay, 3))  # fmt: skip
         return Outcome(
             claimed.dlq_id,
             "received",
@@ -177,3 +206,16 @@ class Fetcher:
             retry_at=self._wall_clock() + delay,
             calls=calls,
         )
+
+
+def is_final_for(error: ServiceError) -> bool:
+    """Whether the service said something final about this dlqId. A refused token is
+    about the account, not the dlqId: the rotation's lockout holds calls until a token
+    works, and the dlqId waits."""
+    return not is_transient(error) and not isinstance(error, Unauthorized)
+
+
+def backoff(tries: int, base: float, cap: float, rand: Callable[[], float]) -> float:
+    """`base` * 2**(tries-1), at most `cap`, jittered down to half so that work failed
+    together (an outage) does not come due together."""
+    return float(min(cap, base * 2 ** max(0, tries - 1)) * (0.5 + rand() / 2))

@@ -7,7 +7,7 @@ interface so that several replicas can share one database.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -32,8 +32,9 @@ class Callback:
 
 class Store(Protocol):
     async def add_callback(self, callback: Callback) -> Added:
-        """Store `callback` durably, or say it is a duplicate by dlqId; StoreUnavailable if
-        it cannot. Returns only once the outcome is on disk."""
+        """Store `callback` durably, or say it is a duplicate by dlqId (a pruned one
+        included); StoreUnavailable if it cannot, or while `problems()` names any.
+        Returns only once the outcome is on disk."""
         ...
 
     async def get_callback(self, dlq_id: str) -> Callback | None:
@@ -59,19 +60,67 @@ class Store(Protocol):
     async def open_batch(
         self, action: str, overrides: str, dlq_ids: list[str], now: float
     ) -> BatchRecord | None:
-        """Persist a batch of those of `dlq_ids` still decided; None when none is."""
+        """Persist a batch of those of `dlq_ids` still decided; None when none is. Not
+        counted as a send."""
         ...
 
-    async def settle_batch(self, batch_id: int, **outcome: Any) -> None:
-        """Close a batch (see sqlite_pipeline.settle_batch for the outcome's keys)."""
+    async def mark_sending(self, batch_id: int, now: float) -> None:
+        """The batch's call is about to go out (committed before it does)."""
+        ...
+
+    async def settle_batch(
+        self,
+        batch_id: int,
+        *,
+        done: Sequence[str] = (),
+        again: Sequence[str] = (),
+        failed: Sequence[str] = (),
+        reason: str | None = None,
+        runs: Sequence[dict[str, Any]] = (),
+        calls: Sequence[dict[str, Any]] = (),
+        sent: bool,
+        now: float,
+    ) -> None:
+        """Close a batch: `done`, decided `again`, or `failed` with `reason`. `sent`: the
+        call may have reached the service, and counts as a send of each of its dlqIds;
+        False when it was refused before the service acted (or never made)."""
         ...
 
     async def unsettled_batches(self) -> list[BatchRecord]:
-        """Batches persisted whose call was never settled (a crash came in between)."""
+        """Batches persisted whose call was never settled (a crash came in between);
+        `sent_at` None: the call surely never went out."""
         ...
 
     async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
-        """How many batches each dlqId has been in."""
+        """How many calls that may have reached the service carried each dlqId."""
+        ...
+
+    async def redrive(
+        self,
+        *,
+        states: Sequence[str] = ("failed",),
+        rule: str | None = None,
+        since: float | None = None,
+        now: float,
+        apply: bool,
+    ) -> list[str]:
+        """The dlqIds in one of the final `states` (ValueError for another state), of
+        `rule` when given, final since `since` (Unix time) when given, in order; with
+        `apply` they go back to `received` in one transaction, tries and reason cleared."""
+        ...
+
+    async def prune(self, *, before: float, now: float, dedup_for: float, chunk: int = 1000) -> int:
+        """Delete records final since before `before` in transactions of `chunk`, each
+        pruned dlqId still a duplicate for `dedup_for` seconds; how many were deleted."""
+        ...
+
+    async def size_bytes(self) -> int:
+        """The store's size on disk."""
+        ...
+
+    def problems(self) -> list[str]:
+        """What makes the store unfit to take callbacks now (files deleted or replaced,
+        full, unwritable), one sentence each. No I/O: cheap enough for every request."""
         ...
 
     async def record(self, dlq_id: str) -> dict[str, Any] | None:
@@ -105,7 +154,8 @@ class Store(Protocol):
         ...
 
     async def ping(self) -> None:
-        """Return if the store answers; StoreUnavailable otherwise."""
+        """Return if the store answers and has no problem; StoreUnavailable (with the
+        reason) otherwise."""
         ...
 
 

@@ -72,13 +72,15 @@ class Pending:
 
 @dataclass(frozen=True)
 class BatchRecord:
-    """A persisted batch whose call has not been settled."""
+    """A persisted batch whose call has not been settled. `sent_at` is when its call was
+    about to go out (`mark_sending`): None means the call surely never left."""
 
     id: int
     action: str
     overrides: str
     dlq_ids: tuple[str, ...]
     created_at: float
+    sent_at: float | None = None
 
 
 RotationResult = Literal["success", "failure", "lockout"]

@@ -5,14 +5,18 @@ would cap ingest at the disk's flush rate. So one writer task takes every callba
 arrived while the previous commit was being flushed and commits them together: under
 load a flush serves many requests, and when idle a request waits for one flush only.
 SQLite calls run on a single dedicated thread, which owns the connection.
+
+The store watches its own health (sqlite_health.py) and keeps itself small
+(sqlite_retention.py); the statements of the pipeline are in sqlite_pipeline.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +24,9 @@ from typing import Any, TypeVar
 import structlog
 
 from daemon.store import Added, Callback, StoreUnavailable
+from daemon.store import sqlite_health as health
 from daemon.store import sqlite_pipeline as pipeline
+from daemon.store import sqlite_retention as retention
 from daemon.store import sqlite_rotations as rotations
 from daemon.store.records import (
     BatchRecord,
@@ -34,6 +40,8 @@ from daemon.store.records import (
 T = TypeVar("T")
 # At most 3 parameters a row: 900 stays under the 999 that SQLite before 3.32 allows.
 ROWS_PER_STATEMENT = 300
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+CACHE_KIB = 64 * 1024  # the pages of the indexes that ingest and claims walk stay in memory
 log = structlog.get_logger(__name__)
 
 # Each entry moves the schema one version up (PRAGMA user_version); never edit one.
@@ -47,6 +55,11 @@ MIGRATIONS = (
     """,
     pipeline.SCHEMA,
     rotations.SCHEMA,
+    pipeline.SENT_AT,
+    pipeline.INDEXES,
+    pipeline.COUNTS,
+    retention.SCHEMA,
+    health.SCHEMA,
 )
 
 
@@ -57,6 +70,7 @@ class SQLiteStore:
         self,
         connection: sqlite3.Connection,
         executor: ThreadPoolExecutor,
+        path: Path,
         *,
         observe_commit: Callable[[int], None] | None,
         max_pending: int,
@@ -65,6 +79,7 @@ class SQLiteStore:
     ) -> None:
         self._connection = connection
         self._executor = executor
+        self._path = path
         self._observe_commit = observe_commit
         self._max_pending = max_pending
         self._commit_timeout = commit_timeout
@@ -73,6 +88,7 @@ class SQLiteStore:
         self._wakeup = asyncio.Event()
         self._closing = False
         self._stalled = False  # a commit has run past commit_timeout and not returned yet
+        self._health = health.Health(path)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -86,6 +102,8 @@ class SQLiteStore:
         read_timeout: float = 5.0,
         max_pending: int = 10_000,
         release_leases: bool = True,
+        health_interval: float = 1.0,
+        max_page_count: int | None = None,
     ) -> AsyncIterator[SQLiteStore]:
         """Open (creating and migrating if needed) the store at `path` for the block.
 
@@ -96,12 +114,16 @@ class SQLiteStore:
         `max_pending` how many callbacks may wait for a commit before new ones are refused.
         The daemon releases the fetch leases at open (one daemon per file); a command
         that opens the store beside it passes `release_leases=False`.
+        Every `health_interval` seconds the store checks that its files are still those
+        it opened and, while a write problem holds, tries a small write (see `problems`).
+        `max_page_count` caps the file (PRAGMA max_page_count): past it, writes fail as on
+        a full disk.
         """
         executor = ThreadPoolExecutor(1, thread_name_prefix="recoveryd-sqlite")
         loop = asyncio.get_running_loop()
         try:
             connection = await loop.run_in_executor(
-                executor, _connect, path, busy_timeout, release_leases
+                executor, _connect, path, busy_timeout, release_leases, max_page_count
             )
         except sqlite3.Error as exc:
             executor.shutdown()
@@ -109,15 +131,21 @@ class SQLiteStore:
         store = cls(
             connection,
             executor,
+            path,
             observe_commit=observe_commit,
             max_pending=max_pending,
             commit_timeout=commit_timeout,
             read_timeout=read_timeout,
         )
+        store._health.remember_files()
         writer = asyncio.create_task(store._write_loop(), name="recoveryd-sqlite-writer")
+        watcher = asyncio.create_task(store._watch(health_interval), name="recoveryd-sqlite-health")
         try:
             yield store
         finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
             store._closing = True
             store._wakeup.set()
             # Commit whatever is still pending, within a deadline: a hung disk must not
@@ -132,6 +160,9 @@ class SQLiteStore:
     async def add_callback(self, callback: Callback) -> Added:
         if self._closing:  # also set when the writer has ended, however it ended
             raise StoreUnavailable("the store is shutting down")
+        if problems := self._health.problems():
+            # Refused, not queued: the commit would fail or land in a file that is gone.
+            raise StoreUnavailable("; ".join(problems))
         if len(self._pending) >= self._max_pending:
             raise StoreUnavailable("the store is behind; try again")
         if self._stalled:
@@ -150,15 +181,29 @@ class SQLiteStore:
         return None if row is None else Callback(row[0], bytes(row[1]), row[2])
 
     async def inbox_depth(self) -> int:
-        count: int = await self._run(
-            lambda c: c.execute(
-                "SELECT count(*) FROM callbacks WHERE state = 'received'"
-            ).fetchone()[0]
-        )
-        return count
+        return await self._run(pipeline.inbox_depth)
 
     async def ping(self) -> None:
+        if problems := self._health.problems():
+            raise StoreUnavailable("; ".join(problems))
         await self._run(lambda c: c.execute("SELECT 1").fetchone())
+
+    def problems(self) -> list[str]:
+        """What is wrong with the store now (files deleted or replaced, full, unwritable),
+        one sentence each; empty when nothing is. Cheap: no I/O."""
+        return self._health.problems()
+
+    async def size_bytes(self) -> int:
+        """The database and its write-ahead log on disk, in bytes."""
+
+        def size() -> int:
+            total = 0
+            for suffix in ("", "-wal"):
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.stat(f"{self._path}{suffix}").st_size
+            return total
+
+        return await asyncio.to_thread(size)
 
     # -- the pipeline's states (sqlite_pipeline.py has the statements) ---------------
 
@@ -176,8 +221,29 @@ class SQLiteStore:
     ) -> BatchRecord | None:
         return await self._write(lambda c: pipeline.open_batch(c, action, overrides, dlq_ids, now))
 
-    async def settle_batch(self, batch_id: int, **outcome: Any) -> None:
-        await self._write(lambda c: pipeline.settle_batch(c, batch_id, **outcome))
+    async def mark_sending(self, batch_id: int, now: float) -> None:
+        await self._write(lambda c: pipeline.mark_sending(c, batch_id, now))
+
+    async def settle_batch(
+        self,
+        batch_id: int,
+        *,
+        done: Sequence[str] = (),
+        again: Sequence[str] = (),
+        failed: Sequence[str] = (),
+        reason: str | None = None,
+        runs: Sequence[dict[str, Any]] = (),
+        calls: Sequence[dict[str, Any]] = (),
+        sent: bool,
+        now: float,
+    ) -> None:
+        def settle(connection: sqlite3.Connection) -> None:
+            pipeline.settle_batch(
+                connection, batch_id, done=done, again=again, failed=failed, reason=reason,
+                runs=runs, calls=calls, sent=sent, now=now,
+            )  # fmt: skip
+
+        await self._write(settle)
 
     async def unsettled_batches(self) -> list[BatchRecord]:
         return await self._run(pipeline.unsettled_batches)
@@ -190,6 +256,43 @@ class SQLiteStore:
 
     async def status(self, now: float) -> dict[str, Any]:
         return await self._run(lambda c: pipeline.status(c, now))
+
+    async def redrive(
+        self,
+        *,
+        states: Sequence[str] = ("failed",),
+        rule: str | None = None,
+        since: float | None = None,
+        now: float,
+        apply: bool,
+    ) -> list[str]:
+        pipeline.check_final(states)  # ValueError now, not from the store's thread
+        work = lambda c: pipeline.redrive(c, states, rule, since, now, apply)  # noqa: E731
+        return await (self._write(work) if apply else self._run(work))
+
+    # -- retention (sqlite_retention.py) ---------------------------------------------
+
+    async def prune(self, *, before: float, now: float, dedup_for: float, chunk: int = 1000) -> int:
+        """Delete the records final since before `before` (and the batches of none but
+        them), `chunk` to a transaction so that a commit of callbacks waits for one chunk
+        at most, keeping a key of each for `dedup_for` seconds; forget the keys kept long
+        enough. How many records were deleted."""
+        until = now + dedup_for
+        pruned = 0
+        while True:
+            # Each chunk is one job for the thread: what queued meanwhile (a commit of
+            # callbacks) runs before the next one.
+            deleted = await self._write(
+                lambda c: retention.prune_chunk(c, before=before, until=until, chunk=chunk)
+            )
+            pruned += deleted
+            await self._run(retention.release_space, seconds=self._commit_timeout)
+            if deleted < chunk:
+                break
+        while await self._write(lambda c: retention.expire_chunk(c, now=now, chunk=chunk)):
+            pass
+        await self._run(retention.checkpoint, seconds=self._commit_timeout)
+        return pruned
 
     # -- token rotations (sqlite_rotations.py) ---------------------------------------
 
@@ -211,7 +314,11 @@ class SQLiteStore:
         return await self._run(rotations.last_success_at)
 
     async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """`work` in one transaction, on the store's thread, within commit_timeout."""
+        """`work` in one transaction, on the store's thread, within commit_timeout.
+        Refused while the files are deleted or replaced: the write would land in a file
+        nothing opens again, and the pipeline must not act on what it cannot record."""
+        if self._health.has("database", "wal"):
+            raise StoreUnavailable("; ".join(self._health.problems()))
 
         def transaction(connection: sqlite3.Connection) -> T:
             with _transaction(connection):
@@ -227,9 +334,25 @@ class SQLiteStore:
             job = loop.run_in_executor(self._executor, query, self._connection)
             return await asyncio.wait_for(job, seconds or self._read_timeout)
         except sqlite3.Error as exc:
+            self._health.failed(exc, what="store operation failed")
             raise StoreUnavailable(f"the store did not answer: {exc}") from None
         except TimeoutError:
             raise StoreUnavailable("the store did not answer in time") from None
+
+    async def _watch(self, interval: float) -> None:
+        """The health timer: are the files still ours; is a write problem over?"""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                found = await asyncio.to_thread(self._health.files_now)
+                self._health.compare_files(found)
+                if self._health.has(*health.WRITE_PROBLEMS):
+                    await self._write(health.probe)
+                    self._health.wrote()
+            except StoreUnavailable:
+                pass  # the problem holds; _run has seen to it
+            except Exception as exc:  # the watch must go on, whatever one round hit
+                self._health.failed(exc, what="store health check failed")
 
     async def _write_loop(self) -> None:
         # Whatever arrived while a commit was being flushed is the next batch.
@@ -256,12 +379,16 @@ class SQLiteStore:
                 self._executor, self._insert, [callback for callback, _ in batch]
             )
         except Exception as exc:  # every waiter must hear, whatever went wrong
-            log.error("store commit failed", error=str(exc), callbacks=len(batch))
+            # Logged once a minute at most, or once as a problem: a full disk fails every
+            # commit, and a line each flooded the log.
+            self._health.failed(exc, what="store commit failed")
             self._fail(batch, StoreUnavailable(f"the store could not commit: {exc}"))
             return
         finally:
             timer.cancel()
             self._stalled = False
+        if "accepted" in outcomes:
+            self._health.wrote()
         for (_, waiter), outcome in zip(batch, outcomes, strict=True):
             if not waiter.done():
                 waiter.set_result(outcome)
@@ -290,21 +417,22 @@ class SQLiteStore:
         A few statements per batch, not one per row: each SQLite step releases and
         retakes the GIL, and every retake waits on the busy event loop. Duplicates are
         found with one SELECT inside the write transaction, so no other writer can slip
-        in between it and the INSERT.
+        in between it and the INSERT; a dlqId pruned by retention is a duplicate too.
         """
         outcomes: list[Added] = []
         new: dict[str, Callback] = {}
         with _transaction(self._connection) as connection:
             for start in range(0, len(callbacks), ROWS_PER_STATEMENT):
                 chunk = callbacks[start : start + ROWS_PER_STATEMENT]
+                ids = [callback.dlq_id for callback in chunk]
                 marks = ", ".join("?" * len(chunk))
                 known = {
                     dlq_id
                     for (dlq_id,) in connection.execute(
-                        f"SELECT dlq_id FROM callbacks WHERE dlq_id IN ({marks})",
-                        [callback.dlq_id for callback in chunk],
+                        f"SELECT dlq_id FROM callbacks WHERE dlq_id IN ({marks})", ids
                     )
                 }
+                known |= retention.pruned_among(connection, ids)
                 for callback in chunk:
                     fresh = callback.dlq_id not in known and callback.dlq_id not in new
                     if fresh:
@@ -336,14 +464,25 @@ def _transaction(connection: sqlite3.Connection) -> Any:
         raise
 
 
-def _connect(path: Path, busy_timeout: float, release_leases: bool) -> sqlite3.Connection:
+def _connect(
+    path: Path, busy_timeout: float, release_leases: bool, max_page_count: int | None
+) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN/COMMIT above), never implicit.
     connection = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
     try:
+        # Only a new file takes it (before its first table): pages that retention frees
+        # can then be given back to the file system (sqlite_retention.release_space).
+        connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
         connection.execute("PRAGMA journal_mode = WAL")
         # FULL: a commit in WAL mode is flushed to disk before it returns; NORMAL would
         # survive a process crash but could lose the last commits on power loss.
         connection.execute("PRAGMA synchronous = FULL")
+        # The WAL keeps the size of its largest burst (a pruning pass) unless told to
+        # shrink back after a checkpoint.
+        connection.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+        connection.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        if max_page_count is not None:
+            connection.execute(f"PRAGMA max_page_count = {int(max_page_count)}").fetchone()
         _migrate(connection)
         if release_leases:
             with _transaction(connection):
@@ -362,6 +501,20 @@ def _migrate(connection: sqlite3.Connection) -> None:
                 f"schema version {version} is newer than this recoveryd ({len(MIGRATIONS)})"
             )
         for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            for statement in filter(str.strip, script.split(";")):
+            for statement in _statements(script):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version = {number}")
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of `script`, split at the `;` that end one (a trigger's body holds
+    some that do not)."""
+    statements, current = [], ""
+    for piece in script.split(";"):
+        current += piece + ";"
+        if sqlite3.complete_statement(current):
+            statements.append(current)
+            current = ""
+    if current.strip(" \n;"):
+        raise ValueError(f"an incomplete statement ends a migration: {current!r}")
+    return statements

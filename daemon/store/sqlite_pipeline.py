@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from daemon.store.records import (
+    FINAL,
     RECOVERING,
     STATES,
     BatchRecord,
@@ -56,6 +57,45 @@ SCHEMA = """
     CREATE INDEX batches_by_state ON batches (state);
 """
 
+# Migration 4: when a batch's call was about to go out. Batches left unsettled by an
+# older recoveryd, which did not record it, are taken as possibly sent: checked with GETs.
+SENT_AT = """
+    ALTER TABLE batches ADD COLUMN sent_at REAL;
+    UPDATE batches SET sent_at = created_at WHERE state = 'pending';
+"""
+
+# Migration 5: the pending-work queries must not read the finished work, which is nearly
+# all of the table. `claimable` holds only received rows (partial), ordered so that claim
+# reads the free ones and the due ones without stepping over those in backoff or leased;
+# `by_update` finds final records by when they became final (prune, redrive).
+INDEXES = """
+    CREATE INDEX callbacks_claimable ON callbacks (lease_until, received_at)
+        WHERE state = 'received';
+    CREATE INDEX callbacks_by_update ON callbacks (state, updated_at);
+"""
+
+# Migration 6: counts by state kept by triggers, so that a scrape reads a few rows instead
+# of counting the whole table. Initialised from the rows already there.
+COUNTS = """
+    CREATE TABLE state_counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO state_counts (state, n) SELECT state, count(*) FROM callbacks GROUP BY state;
+    CREATE TRIGGER callbacks_count_insert AFTER INSERT ON callbacks BEGIN
+        INSERT INTO state_counts (state, n) VALUES (NEW.state, 1)
+            ON CONFLICT (state) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER callbacks_count_update AFTER UPDATE OF state ON callbacks
+    WHEN OLD.state IS NOT NEW.state BEGIN
+        UPDATE state_counts SET n = n - 1 WHERE state = OLD.state;
+        INSERT INTO state_counts (state, n) VALUES (NEW.state, 1)
+            ON CONFLICT (state) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER callbacks_count_delete AFTER DELETE ON callbacks BEGIN
+        UPDATE state_counts SET n = n - 1 WHERE state = OLD.state;
+    END;
+"""
+
+# Not final: what status() reports the oldest of.
+UNFINISHED = ("received", "decided", "batched")
 _HISTORY = "history = json_insert(history, '$[#]', json(:event))"
 
 
@@ -77,11 +117,22 @@ def claim(
     connection: sqlite3.Connection, owner: str, limit: int, lease: float, now: float
 ) -> list[Claimed]:
     """Lease up to `limit` received dlqIds that are free (no lease, or one that expired,
-    or a retry that is due), oldest first."""
+    or a retry that is due), oldest first.
+
+    Two reads of the `claimable` index, the free rows and the due ones, each in order and
+    limited: one `lease_until IS NULL OR lease_until <= now` would walk every received
+    row, those in backoff included. INDEXED BY because, without statistics, SQLite
+    prefers callbacks_by_state, which holds the rows in backoff too."""
+    claimable = "FROM callbacks INDEXED BY callbacks_claimable WHERE state = 'received'"
     rows = connection.execute(
         "UPDATE callbacks SET lease_owner = :owner, lease_until = :until, tries = tries + 1 "
-        "WHERE dlq_id IN (SELECT dlq_id FROM callbacks WHERE state = 'received' "
-        "  AND (lease_until IS NULL OR lease_until <= :now) ORDER BY received_at LIMIT :limit) "
+        "WHERE rowid IN (SELECT id FROM ("
+        f"  SELECT * FROM (SELECT rowid AS id, received_at {claimable} "
+        "    AND lease_until IS NULL ORDER BY received_at LIMIT :limit)"
+        "  UNION ALL"
+        f"  SELECT * FROM (SELECT rowid AS id, received_at {claimable} "
+        "    AND lease_until <= :now ORDER BY received_at LIMIT :limit)"
+        ") ORDER BY received_at LIMIT :limit) "
         "RETURNING dlq_id, tries",
         {"owner": owner, "until": now + lease, "now": now, "limit": limit},
     ).fetchall()
@@ -172,7 +223,7 @@ def open_batch(
     now: float,
 ) -> BatchRecord | None:
     """Persist a batch of those of `dlq_ids` still decided (a dlqId is in one batch at a
-    time); None when none is."""
+    time); None when none is. Not a send yet: see `mark_sending` and `settle_batch`."""
     cursor = connection.execute(
         "INSERT INTO batches (action, overrides, state, dlq_ids, created_at) "
         "VALUES (?, ?, 'pending', '[]', ?)",
@@ -184,7 +235,7 @@ def open_batch(
     taken = [
         dlq_id
         for (dlq_id,) in connection.execute(
-            "UPDATE callbacks SET state = 'batched', sends = sends + 1, updated_at = ?, "
+            "UPDATE callbacks SET state = 'batched', updated_at = ?, "
             "batch_ids = json_insert(batch_ids, '$[#]', ?), "
             "history = json_insert(history, '$[#]', json(?)) "
             f"WHERE state = 'decided' AND dlq_id IN ({marks}) RETURNING dlq_id",
@@ -201,25 +252,49 @@ def open_batch(
     return BatchRecord(batch_id, action, overrides, tuple(ordered), now)
 
 
+def mark_sending(connection: sqlite3.Connection, batch_id: int, now: float) -> None:
+    """The batch's call is about to go out: from now on it may reach the service, so a
+    crash leaves a batch to be checked, not simply queued again."""
+    connection.execute(
+        "UPDATE batches SET sent_at = ? WHERE id = ? AND state = 'pending'", (now, batch_id)
+    )
+
+
 def settle_batch(
     connection: sqlite3.Connection,
     batch_id: int,
     *,
-    done: Iterable[str],
-    again: Iterable[str],
-    failed: Iterable[str],
-    reason: str | None,
-    runs: Sequence[dict[str, Any]],
-    calls: Sequence[dict[str, Any]],
+    done: Iterable[str] = (),
+    again: Iterable[str] = (),
+    failed: Iterable[str] = (),
+    reason: str | None = None,
+    runs: Sequence[dict[str, Any]] = (),
+    calls: Sequence[dict[str, Any]] = (),
+    sent: bool,
     now: float,
 ) -> None:
     """Close a batch: its dlqIds `done`, decided `again` (to be sent in a later batch),
-    or `failed` with `reason`."""
+    or `failed` with `reason`. `sent`: the call may have reached the service, and counts
+    as a send for every dlqId of the batch; False when it was refused before the service
+    acted (connection refused, 429, 401) or never made. A batch is counted once, when it
+    is settled first."""
+    found = connection.execute(
+        "SELECT state, dlq_ids FROM batches WHERE id = ?", (batch_id,)
+    ).fetchone()
+    if found is None:
+        return
     connection.execute(
         "UPDATE batches SET state = 'settled', settled_at = ?, reason = ?, "
-        "runs = ?, calls = ? WHERE id = ?",
-        (now, reason, json.dumps(list(runs)), json.dumps(list(calls)), batch_id),
+        "runs = ?, calls = ?, sent_at = CASE WHEN ? THEN coalesce(sent_at, ?) ELSE sent_at END "
+        "WHERE id = ?",
+        (now, reason, json.dumps(list(runs)), json.dumps(list(calls)), sent, now, batch_id),
     )
+    if sent and found[0] == "pending":
+        connection.execute(
+            "UPDATE callbacks SET sends = sends + 1 "
+            "WHERE dlq_id IN (SELECT value FROM json_each(?))",
+            (found[1],),
+        )
     moves = (("done", done, None), ("decided", again, reason), ("failed", failed, reason))
     for state, dlq_ids, why in moves:
         connection.executemany(
@@ -240,12 +315,12 @@ def settle_batch(
 
 def unsettled_batches(connection: sqlite3.Connection) -> list[BatchRecord]:
     rows = connection.execute(
-        "SELECT id, action, overrides, dlq_ids, created_at FROM batches "
+        "SELECT id, action, overrides, dlq_ids, created_at, sent_at FROM batches "
         "WHERE state = 'pending' ORDER BY id"
     ).fetchall()
     return [
-        BatchRecord(batch_id, action, overrides, tuple(json.loads(ids)), created_at)
-        for batch_id, action, overrides, ids, created_at in rows
+        BatchRecord(batch_id, action, overrides, tuple(json.loads(ids)), created_at, sent_at)
+        for batch_id, action, overrides, ids, created_at, sent_at in rows
     ]
 
 
@@ -272,12 +347,13 @@ def record(connection: sqlite3.Connection, dlq_id: str) -> dict[str, Any] | None
     batches = []
     for batch_id in json.loads(batch_ids):
         found = connection.execute(
-            "SELECT id, action, state, created_at, settled_at, reason, runs, calls, dlq_ids "
-            "FROM batches WHERE id = ?",
+            "SELECT id, action, state, created_at, sent_at, settled_at, reason, runs, calls, "
+            "dlq_ids FROM batches WHERE id = ?",
             (batch_id,),
         ).fetchone()
-        if found is not None:
-            number, kind, batch_state, created, settled, why, runs, batch_calls, ids = found
+        if found is not None:  # a batch whose dlqIds were all pruned is pruned with them
+            (number, kind, batch_state, created, sent_at, settled, why, runs, batch_calls,
+             ids) = found  # fmt: skip
             batches.append(
                 {
                     "id": number,
@@ -285,6 +361,7 @@ def record(connection: sqlite3.Connection, dlq_id: str) -> dict[str, Any] | None
                     "state": batch_state,
                     "size": len(json.loads(ids)),
                     "createdAt": created,
+                    "sentAt": sent_at,
                     "settledAt": settled,
                     "reason": why,
                     "workflowRuns": json.loads(runs),
@@ -312,21 +389,77 @@ def record(connection: sqlite3.Connection, dlq_id: str) -> dict[str, Any] | None
     }
 
 
+def inbox_depth(connection: sqlite3.Connection) -> int:
+    row = connection.execute("SELECT n FROM state_counts WHERE state = 'received'").fetchone()
+    return int(row[0]) if row else 0
+
+
 def status(connection: sqlite3.Connection, now: float) -> dict[str, Any]:
     """Counts by state, batches not yet settled, and the age of the oldest dlqId not in
-    a final state."""
+    a final state. A few index reads whatever the size of the table: a scrape runs it."""
     counts = dict.fromkeys(STATES, 0)
-    counts.update(
-        connection.execute("SELECT state, count(*) FROM callbacks GROUP BY state").fetchall()
-    )
+    counts.update(connection.execute("SELECT state, n FROM state_counts").fetchall())
     (batches,) = connection.execute(
         "SELECT count(*) FROM batches WHERE state = 'pending'"
     ).fetchone()
+    # One min() per state, each the first entry of callbacks_by_state: min() over
+    # `state IN (...)` would read every pending row.
     (oldest,) = connection.execute(
-        "SELECT min(received_at) FROM callbacks WHERE state IN ('received', 'decided', 'batched')"
+        "SELECT min(oldest) FROM ("
+        + " UNION ALL ".join(
+            f"SELECT min(received_at) AS oldest FROM callbacks WHERE state = '{state}'"
+            for state in UNFINISHED
+        )
+        + ")"
     ).fetchone()
     return {
         "states": counts,
         "pendingBatches": batches,
         "oldestPendingSeconds": max(0.0, now - oldest) if oldest is not None else 0.0,
     }
+
+
+def check_final(states: Sequence[str]) -> None:
+    """ValueError unless `states` are final states (at least one)."""
+    others = sorted(set(states) - FINAL)
+    if others or not states:
+        listed = ", ".join(others) or "none"
+        raise ValueError(f"only final states ({', '.join(sorted(FINAL))}) can be redriven, "
+                         f"not {listed}")  # fmt: skip
+
+
+def redrive(
+    connection: sqlite3.Connection,
+    states: Sequence[str],
+    rule: str | None,
+    since: float | None,
+    now: float,
+    apply: bool,
+) -> list[str]:
+    """The dlqIds in one of the final `states`, decided by `rule` when given, final since
+    `since` when given, in dlqId order; with `apply` they go back to `received` as if
+    just arrived (tries, lease and reason cleared), with a `redriven` event in their
+    history naming the state and reason they leave."""
+    check_final(states)
+    params: dict[str, Any] = {f"s{number}": state for number, state in enumerate(states)}
+    where = [f"state IN ({', '.join(':' + name for name in params)})"]
+    if rule is not None:
+        where.append("rule = :rule")
+        params["rule"] = rule
+    if since is not None:
+        where.append("updated_at >= :since")
+        params["since"] = since
+    condition = " AND ".join(where)
+    if not apply:
+        rows = connection.execute(f"SELECT dlq_id FROM callbacks WHERE {condition}", params)
+        return sorted(dlq_id for (dlq_id,) in rows)
+    rows = connection.execute(
+        "UPDATE callbacks SET state = 'received', tries = 0, lease_owner = NULL, "
+        "lease_until = NULL, reason = NULL, updated_at = :now, "
+        # json_patch onto {} drops the null members, as _event leaves out empty ones.
+        "history = json_insert(history, '$[#]', json_patch('{}', json_object("
+        "  'state', 'redriven', 'at', :now, 'from', state, 'reason', reason))) "
+        f"WHERE {condition} RETURNING dlq_id",
+        {**params, "now": now},
+    )
+    return sorted(dlq_id for (dlq_id,) in rows)

@@ -1,19 +1,26 @@
 """The service client: typed models, one error tree, retries and a shared rate limiter."""
 
-from daemon.upstream.client import MAX_BULK, CallRecord, ServiceClient
+from daemon.upstream.breaker import BreakerPolicy
+from daemon.upstream.client import MAX_BULK, OPERATIONS, CallRecord, ServiceClient
 from daemon.upstream.credentials import Credentials, CredentialsHolder
 from daemon.upstream.errors import (
     BadRequest,
+    CircuitOpen,
     ConnectionFailed,
+    CorruptResponse,
+    InvalidRequest,
     InvalidResponse,
     NotFound,
     RateLimited,
+    RequestTimeout,
     ResponseError,
     ServerError,
     ServiceError,
     Timeout,
     TransportError,
     Unauthorized,
+    is_transient,
+    surely_not_carried_out,
 )
 from daemon.upstream.models import (
     AccountRecord,
@@ -32,23 +39,29 @@ from daemon.upstream.retry import RetryPolicy
 
 __all__ = [
     "MAX_BULK",
+    "OPERATIONS",
     "AccountRecord",
     "BadRequest",
+    "BreakerPolicy",
     "BulkAction",
     "BulkFilter",
     "BulkResult",
     "CallRecord",
+    "CircuitOpen",
     "ConnectionFailed",
+    "CorruptResponse",
     "Credentials",
     "CredentialsHolder",
     "DLQMessage",
     "EndpointRef",
     "FlowControl",
+    "InvalidRequest",
     "InvalidResponse",
     "NotFound",
     "Overrides",
     "RateLimited",
     "RateLimiter",
+    "RequestTimeout",
     "ResponseError",
     "RetryPolicy",
     "ServerError",
@@ -59,4 +72,6 @@ __all__ = [
     "URLGroup",
     "Unauthorized",
     "WorkflowRun",
+    "is_transient",
+    "surely_not_carried_out",
 ]

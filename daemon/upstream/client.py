@@ -1,7 +1,8 @@
 """The async client for the service's operations (spec section 4), over an injected httpx client.
 
-Every call goes through one path, `_call`: the shared rate limiter, the current
-credentials, translation of failures into the error tree, and the retry policy.
+Every call goes through one path, `_call`: the current credentials, the operation's
+circuit breaker, the shared rate limiter, translation of failures into the error
+tree, and the retry policy.
 """
 
 from __future__ import annotations
@@ -18,17 +19,21 @@ from urllib.parse import quote
 
 import httpx
 
+from daemon.upstream.breaker import BreakerPolicy, Breakers, State
 from daemon.upstream.credentials import Credentials, CredentialsHolder
 from daemon.upstream.errors import (
+    HTTPX_ERRORS,
+    CircuitOpen,
+    CorruptResponse,
     InvalidResponse,
     NotFound,
-    RateLimited,
     ServiceError,
     Unauthorized,
     error_from_response,
     from_httpx,
-    server_limit,
+    surely_not_carried_out,
 )
+from daemon.upstream.headers import rate_hint
 from daemon.upstream.models import (
     AccountRecord,
     BulkAction,
@@ -40,12 +45,27 @@ from daemon.upstream.models import (
     URLGroup,
     usable_in_path,
 )
-from daemon.upstream.ratelimit import RateLimiter
+from daemon.upstream.ratelimit import RateLimiter, Slot
 from daemon.upstream.retry import RetryPolicy
 
 MAX_BULK = 50  # the service processes at most 50 workflow runs per bulk call
 # A dlqId no message has: reading it tells a good token (404) from a refused one (401).
 TOKEN_CHECK_ID = "recoveryd-token-check"
+# The operation names: of calls, metric labels, and circuit breakers.
+OPERATIONS = (
+    "get_dlq_message",
+    "resume",
+    "restart",
+    "get_url_group",
+    "remove_endpoints",
+    "add_endpoints",
+    "rotate_token",
+    "check_token",
+)
+# httpcore's trace events for "the request headers are being written now".
+_SEND_STARTED = frozenset(
+    {"http11.send_request_headers.started", "http2.send_request_headers.started"}
+)
 
 Auth = Literal["bearer", "basic"]
 T = TypeVar("T")
@@ -80,8 +100,25 @@ class CallRecord:
         }
 
 
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    url: str
+    path: str  # for records: the URL without the base, which may hold credentials
+    params: tuple[tuple[str, str], ...]
+    json: Any
+    headers: dict[str, str]
+
+
 class ServiceClient:
-    """The five operations of the spec, plus QStash's read and add of URL Group endpoints."""
+    """The five operations of the spec, plus QStash's read and add of URL Group endpoints.
+
+    Each operation has a circuit breaker (`breaker_states`, `retry_at`): after repeated
+    transient failures its calls fail fast with CircuitOpen, without touching the
+    network or the rate limiter, until a single probe call finds the service back.
+    `on_breaker_change(operation, state)`, when set, is told of every change of state
+    (not of every call); it must not raise.
+    """
 
     def __init__(
         self,
@@ -94,6 +131,8 @@ class ServiceClient:
         retry: RetryPolicy | None = None,
         limiter: RateLimiter | None = None,
         observe: Callable[[CallRecord], None] | None = None,
+        breaker: BreakerPolicy | None = None,
+        on_breaker_change: Callable[[str, str], None] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -109,6 +148,10 @@ class ServiceClient:
         self._observe = observe
         # Told when the service refuses the token and no rotation explains it.
         self.on_refused: Callable[[], None] | None = None
+        self.on_breaker_change = on_breaker_change
+        self.breakers = Breakers(
+            OPERATIONS, breaker, clock=clock, rand=rand, on_change=self._breaker_changed
+        )
         self._sleep = sleep
         self._clock = clock
         self._wall_clock = wall_clock
@@ -118,8 +161,12 @@ class ServiceClient:
 
     async def get_dlq_message(self, dlq_id: str) -> DLQMessage:
         """Spec 4.1. Raises NotFound once the message has left the DLQ."""
-        response = await self._call("get_dlq_message", "GET", f"/v2/dlq/{_segment(dlq_id)}")
-        return _parse(DLQMessage.model_validate, response, "get_dlq_message")
+        return await self._call(
+            "get_dlq_message",
+            "GET",
+            f"/v2/dlq/{_segment(dlq_id)}",
+            _json(DLQMessage.model_validate, "get_dlq_message"),
+        )
 
     async def rotate_token(self) -> AccountRecord:
         """Spec 4.2: reset the account token; the answer carries the new credentials.
@@ -129,16 +176,16 @@ class ServiceClient:
         the credentials gate: it runs inside `CredentialsHolder.rotating()`, whose caller
         saves and swaps the new credentials. The account's rate limit is adopted here.
         """
-        response = await self._call(
+        record = await self._call(
             "rotate_token",
             "POST",
             "/service/user/rotatetoken",
+            _json(AccountRecord.lenient, "rotate_token"),
             base=self._account_url,
             auth="basic",
             idempotent=False,
             credentials=self._credentials.current,
         )
-        record = _parse(AccountRecord.lenient, response, "rotate_token")
         self.limiter.learn(record.max_requests_per_second)
         return record
 
@@ -152,6 +199,7 @@ class ServiceClient:
                 "check_token",
                 "GET",
                 f"/v2/dlq/{TOKEN_CHECK_ID}",
+                _no_body,
                 credentials=credentials or self._credentials.current,
             )
         except NotFound:
@@ -166,13 +214,18 @@ class ServiceClient:
             "remove_endpoints",
             "DELETE",
             f"/v2/topics/{_segment(group)}/endpoints",
+            _no_body,
             json={"endpoints": _endpoint_list(endpoints)},
         )
 
     async def get_url_group(self, group: str) -> URLGroup:
         """QStash's get-URL-Group (not in the spec): the group's endpoints."""
-        response = await self._call("get_url_group", "GET", f"/v2/topics/{_segment(group)}")
-        return _parse(URLGroup.model_validate, response, "get_url_group")
+        return await self._call(
+            "get_url_group",
+            "GET",
+            f"/v2/topics/{_segment(group)}",
+            _json(URLGroup.model_validate, "get_url_group"),
+        )
 
     async def add_endpoints(self, group: str, endpoints: Sequence[EndpointRef]) -> None:
         """QStash's add-endpoints (not in the spec), creating the group if needed."""
@@ -180,6 +233,7 @@ class ServiceClient:
             "add_endpoints",
             "POST",
             f"/v2/topics/{_segment(group)}/endpoints",
+            _no_body,
             json={"endpoints": _endpoint_list(endpoints)},
         )
 
@@ -218,15 +272,15 @@ class ServiceClient:
         if count is not None:
             params.append(("count", str(count)))
         headers = overrides.headers(self.header_prefix) if overrides else {}
-        response = await self._call(
+        return await self._call(
             action,
             "POST",
             f"/v2/workflows/dlq/{action}",
+            _json(BulkResult.model_validate, action),
             params=params,
             headers=headers,
             idempotent=bool(dlq_ids),
         )
-        return _parse(BulkResult.model_validate, response, action)
 
     async def bulk_pages(
         self,
@@ -258,6 +312,22 @@ class ServiceClient:
                 raise ServiceError(f"{action}: the service returned the same cursor twice")
             cursor = page.cursor
 
+    # -- circuit breakers ------------------------------------------------------------
+
+    def breaker_states(self) -> dict[str, State]:
+        """Each operation's circuit: "closed", "open" or "half_open" (a probe is out)."""
+        return self.breakers.states()
+
+    def retry_at(self, operation: str) -> float | None:
+        """When calls of `operation` are worth trying again, on the client's monotonic
+        clock; None when a call would go now. While a probe is out this is a short poll
+        from now: the probe's outcome decides."""
+        return self.breakers[operation].retry_at()
+
+    def _breaker_changed(self, operation: str, state: State) -> None:
+        if self.on_breaker_change is not None:
+            self.on_breaker_change(operation, state)
+
     # -- the one path every call takes -----------------------------------------------
 
     async def _call(
@@ -265,6 +335,7 @@ class ServiceClient:
         operation: str,
         method: str,
         path: str,
+        read: Callable[[httpx.Response], T],
         *,
         base: str | None = None,
         auth: Auth = "bearer",
@@ -273,50 +344,33 @@ class ServiceClient:
         headers: dict[str, str] | None = None,
         idempotent: bool = True,
         credentials: Credentials | None = None,
-    ) -> httpx.Response:
-        """One operation, retried by the policy. `credentials` given: the call uses them
-        and passes the holder's gate (the rotation's own calls); otherwise it waits while
-        a rotation or a lockout holds calls back, then uses the current ones."""
-        url = f"{base or self._base_url}{path}"
+    ) -> T:
+        """One operation, retried by the policy; `read` turns the answer into the result
+        (raising InvalidResponse or CorruptResponse), inside the retry. `credentials`
+        given: the call uses them and passes the holder's gate (the rotation's own
+        calls); otherwise it waits while a rotation or a lockout holds calls back, then
+        uses the current ones. CircuitOpen is raised at once, never retried here."""
+        request = _Request(
+            method, f"{base or self._base_url}{path}", path, tuple(params or ()), json,
+            headers or {},
+        )  # fmt: skip
         started = self._clock()
         attempt = 0
         retried_with_new_token = False
         while True:
             attempt += 1
-            response: httpx.Response | None = None
-            error: ServiceError | None
             async with self._credentials_for(credentials) as used:
-                await self.limiter.acquire()
-                sent = self._clock()
                 try:
-                    response = await self._http.request(
-                        method,
-                        url,
-                        params=tuple(params or ()),
-                        json=json,
-                        headers={**(headers or {}), "Authorization": _authorization(auth, used)},
-                    )
-                except httpx.TransportError as exc:
-                    error = from_httpx(exc, operation=operation)
-                else:
-                    now = self._wall_clock()
-                    error = error_from_response(response, operation=operation, now=now)
-                    self.limiter.learn(server_limit(response.headers), settled=error is None)
-            self._record(operation, method, path, attempt, response, error, self._clock() - sent)
-            if error is None:
-                assert response is not None
-                return response
-            if (
-                isinstance(error, Unauthorized)
-                and auth == "bearer"
-                and credentials is None
-                and not retried_with_new_token
-                and await self._rotated_since(used)
-            ):
+                    return await self._attempt(operation, request, read, auth, used, attempt)
+                except CircuitOpen:
+                    raise
+                except ServiceError as exc:
+                    error = exc
+            refused = isinstance(error, Unauthorized) and auth == "bearer" and credentials is None
+            if refused and not retried_with_new_token and await self._rotated_since(used):
                 # The token was rotated while this call was in flight: one more try.
                 retried_with_new_token = True
                 continue
-            refused = isinstance(error, Unauthorized) and auth == "bearer" and credentials is None
             if refused and self.on_refused is not None:
                 self.on_refused()
             delay = self._retry.next_delay(
@@ -328,10 +382,85 @@ class ServiceClient:
             )
             if delay is None:
                 raise error
-            if isinstance(error, RateLimited):
-                self.limiter.pause(delay)  # the whole account is over its limit
-            else:
-                await self._sleep(delay)
+            # After a 429 the limiter also holds everyone else, as the answer told it.
+            await self._sleep(delay)
+
+    async def _attempt(
+        self,
+        operation: str,
+        request: _Request,
+        read: Callable[[httpx.Response], T],
+        auth: Auth,
+        credentials: Credentials,
+        attempt: int,
+    ) -> T:
+        """One try, past the operation's breaker and the limiter; its outcome is told to
+        both. Raises the try's ServiceError."""
+        authorization = _authorization(auth, credentials)
+        breaker = self.breakers[operation]
+        if breaker.retry_at() is not None:  # held back: not even a place in the limiter
+            raise breaker.refusal()
+        slot = await self.limiter.acquire()
+        # Asked again: the breaker may have opened, or given the probe to another
+        # caller, while this one waited for its place.
+        ticket = breaker.admit()
+        if ticket is None:
+            self.limiter.unanswered(slot, sent=False)
+            raise breaker.refusal()
+        try:
+            result = await self._exchange(operation, request, read, authorization, slot, attempt)
+        except ServiceError as exc:
+            breaker.record(ticket, exc)
+            raise
+        except BaseException:  # cancelled: the outcome is unknown
+            breaker.abandon(ticket)
+            raise
+        breaker.record(ticket, None)
+        return result
+
+    async def _exchange(
+        self,
+        operation: str,
+        request: _Request,
+        read: Callable[[httpx.Response], T],
+        authorization: str,
+        slot: Slot,
+        attempt: int,
+    ) -> T:
+        """Send the request and read the answer, telling the limiter when the request
+        went out and what the answer said about the rate limit."""
+        started = self._clock()
+        try:
+            response = await self._http.request(
+                request.method,
+                request.url,
+                params=request.params,
+                json=request.json,
+                headers={**request.headers, "Authorization": authorization},
+                extensions={"trace": _send_tracer(self.limiter, slot)},
+            )
+        except HTTPX_ERRORS as exc:
+            error = from_httpx(exc, operation=operation)
+            self.limiter.unanswered(slot, sent=not surely_not_carried_out(error))
+            self._record(operation, request, attempt, None, error, self._clock() - started)
+            raise error from None
+        except BaseException:  # cancelled: the request may have gone out
+            self.limiter.unanswered(slot, sent=True)
+            raise
+        now = self._wall_clock()
+        self.limiter.answered(
+            slot, status=response.status_code, hint=rate_hint(response.headers, now)
+        )
+        try:
+            failed = error_from_response(response, operation=operation, now=now)
+            if failed is not None:
+                raise failed
+            result = read(response)
+        except ServiceError as exc:
+            self._record(operation, request, attempt, response, exc, self._clock() - started)
+            raise
+        self._record(operation, request, attempt, response, None, self._clock() - started)
+        return result
 
     def _credentials_for(
         self, credentials: Credentials | None
@@ -351,8 +480,7 @@ class ServiceClient:
     def _record(
         self,
         operation: str,
-        method: str,
-        path: str,
+        request: _Request,
         attempt: int,
         response: httpx.Response | None,
         error: ServiceError | None,
@@ -363,8 +491,8 @@ class ServiceClient:
         self._observe(
             CallRecord(
                 operation=operation,
-                method=method,
-                path=path,
+                method=request.method,
+                path=request.path,
                 attempt=attempt,
                 status=response.status_code if response is not None else None,
                 error=error.reason if error else None,
@@ -389,14 +517,41 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def _parse(parse: Callable[[Any], T], response: httpx.Response, operation: str) -> T:
-    """The answer's JSON as a model; InvalidResponse when it is not what the spec says."""
-    try:
-        return parse(response.json())
-    except ValueError as exc:  # invalid JSON, or pydantic's ValidationError
-        raise InvalidResponse(
-            f"answer is not what the spec says ({type(exc).__name__})", operation=operation
-        ) from None
+def _json(parse: Callable[[Any], T], operation: str) -> Callable[[httpx.Response], T]:
+    """A reader of the answer's JSON as a model. Bytes that are not text at all were
+    broken on the way (CorruptResponse, retried); text that is not the spec's JSON is
+    InvalidResponse (not retried: a wrong service or version)."""
+
+    def read(response: httpx.Response) -> T:
+        try:
+            return parse(response.json())
+        except UnicodeDecodeError:
+            raise CorruptResponse(
+                "answer is not text (UnicodeDecodeError)", operation=operation
+            ) from None
+        except (ValueError, RecursionError) as exc:  # not JSON, or pydantic's ValidationError
+            raise InvalidResponse(
+                f"answer is not what the spec says ({type(exc).__name__})", operation=operation
+            ) from None
+
+    return read
+
+
+def _no_body(response: httpx.Response) -> None:
+    """The reader of an answer whose body does not matter."""
+
+
+def _send_tracer(
+    limiter: RateLimiter, slot: Slot
+) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """httpx's trace extension for one request: tells the limiter when it really goes
+    out (after waiting for a connection, a connect or a TLS handshake)."""
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        if event in _SEND_STARTED:
+            limiter.sent(slot)
+
+    return trace
 
 
 def _endpoint_list(endpoints: Sequence[EndpointRef]) -> list[dict[str, str]]:

@@ -3,30 +3,36 @@
     ServiceError
     ├── ResponseError          the service answered with an error status
     │   ├── BadRequest         400 (and other 4xx not listed below): our request is wrong
-    │   ├── Unauthorized       401: token or basic credentials refused
+    │   ├── Unauthorized       401, 403: token or basic credentials refused
     │   ├── NotFound           404: e.g. the DLQ message was removed
+    │   ├── RequestTimeout     408: the service gave up waiting for our request
     │   ├── RateLimited        429: carries the wait the service told us, if any
     │   └── ServerError        5xx
     ├── InvalidResponse        a success status with a body that is not what the spec says
+    ├── InvalidRequest         httpx refused to make the request (bad URL or header)
     └── TransportError         no usable answer
         ├── Timeout            connect, read, write or pool timeout
-        └── ConnectionFailed   refused, reset or dropped mid-response
+        ├── ConnectionFailed   refused, reset or dropped mid-response
+        ├── CorruptResponse    an answer whose bytes do not decode (e.g. a broken gzip body)
+        └── CircuitOpen        not sent: the operation's circuit breaker holds calls back
 
-httpx errors are translated once, in `from_httpx`, and never leak past the client.
+httpx errors are translated once, in `from_httpx`, and never leak past the client. The
+pipeline acts on two questions asked of any error: `is_transient` (will a later try
+do better?) and `surely_not_carried_out` (can the service have acted on it?).
 """
 
 from __future__ import annotations
 
-import email.utils
-from collections.abc import Mapping
+from typing import Final
 
 import httpx
 
-# A reset header above this is a Unix time in milliseconds, between it and
-# _SECONDS_EPOCH a Unix time in seconds, below it a number of seconds to wait.
-_MILLIS_EPOCH = 1e11
-_SECONDS_EPOCH = 1e8
+from daemon.upstream.headers import retry_after as header_retry_after
+from daemon.upstream.headers import server_limit, server_wait
+
 _MESSAGE_LIMIT = 300
+# Everything httpx raises from a request: its own tree, plus the two outside it.
+HTTPX_ERRORS: Final = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError)
 
 
 class ServiceError(Exception):
@@ -43,9 +49,19 @@ class ServiceError(Exception):
 class ResponseError(ServiceError):
     reason = "response"
 
-    def __init__(self, message: str, *, status: int, operation: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        operation: str = "",
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message, operation=operation)
         self.status = status
+        # Seconds the service asked us to wait before trying again (Retry-After; on a
+        # 429 also Burst-RateLimit-Reset), if it said.
+        self.retry_after = retry_after
 
     def __str__(self) -> str:
         return f"{self.operation or 'call'}: {self.status} {self.message}"
@@ -63,6 +79,13 @@ class NotFound(ResponseError):
     reason = "not_found"
 
 
+class RequestTimeout(ResponseError):
+    """408: the service (or a proxy before it) stopped waiting for our request. Whether
+    it acted is unknown, as after a 5xx; a later try usually works."""
+
+    reason = "request_timeout"
+
+
 class RateLimited(ResponseError):
     reason = "rate_limited"
 
@@ -75,8 +98,7 @@ class RateLimited(ResponseError):
         retry_after: float | None = None,
         limit: int | None = None,
     ) -> None:
-        super().__init__(message, status=status, operation=operation)
-        self.retry_after = retry_after  # seconds to wait, as told by the service
+        super().__init__(message, status=status, operation=operation, retry_after=retry_after)
         self.limit = limit  # the service's requests-per-second limit, when it said so
 
 
@@ -89,6 +111,13 @@ class InvalidResponse(ServiceError):
     service version, not something a retry fixes."""
 
     reason = "invalid_response"
+
+
+class InvalidRequest(ServiceError):
+    """httpx refused to build or send the request (an invalid URL, header or scheme): a
+    bug or bad configuration, and the request never left."""
+
+    reason = "invalid_request"
 
 
 class TransportError(ServiceError):
@@ -112,6 +141,34 @@ class ConnectionFailed(TransportError):
     reason = "connection"
 
 
+class CorruptResponse(TransportError):
+    """An answer came but its bytes do not decode: a gzip body that does not inflate, or
+    one that is not text at all. Something on the way (a proxy) broke it; the service
+    may have acted on the request."""
+
+    reason = "decode"
+
+
+class CircuitOpen(TransportError):
+    """The operation's circuit breaker holds calls back after repeated transient failures;
+    nothing was sent. Not retried by the client: the caller reschedules the work for
+    `retry_at` (monotonic clock), or polls again then while a probe call is out."""
+
+    reason = "circuit_open"
+
+    def __init__(self, message: str, *, operation: str, retry_at: float) -> None:
+        super().__init__(message, operation=operation, request_sent=False)
+        self.retry_at = retry_at
+
+
+_CLIENT_ERRORS: dict[int, type[ResponseError]] = {
+    401: Unauthorized,
+    403: Unauthorized,
+    404: NotFound,
+    408: RequestTimeout,
+}
+
+
 def error_for_status(
     status: int,
     message: str,
@@ -125,14 +182,15 @@ def error_for_status(
         return RateLimited(
             message, status=status, operation=operation, retry_after=retry_after, limit=limit
         )
-    if status >= 500:
-        return ServerError(message, status=status, operation=operation)
-    kind = {401: Unauthorized, 403: Unauthorized, 404: NotFound}.get(status, BadRequest)
-    return kind(message, status=status, operation=operation)
+    kind = ServerError if status >= 500 else _CLIENT_ERRORS.get(status, BadRequest)
+    return kind(message, status=status, operation=operation, retry_after=retry_after)
 
 
-def from_httpx(exc: httpx.TransportError, *, operation: str) -> TransportError:
-    """Translate an httpx transport error; the message never carries request headers."""
+def from_httpx(
+    exc: httpx.HTTPError | httpx.InvalidURL | httpx.StreamError, *, operation: str
+) -> ServiceError:
+    """Translate anything httpx raises (`HTTPX_ERRORS`); the message never carries
+    request headers or the URL, which may hold credentials."""
     detail = type(exc).__name__
     if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
         return Timeout(f"connect timeout ({detail})", operation=operation, request_sent=False)
@@ -142,15 +200,36 @@ def from_httpx(exc: httpx.TransportError, *, operation: str) -> TransportError:
         return ConnectionFailed(
             f"cannot connect ({detail})", operation=operation, request_sent=False
         )
-    return ConnectionFailed(f"connection failed ({detail})", operation=operation)
+    if isinstance(exc, httpx.DecodingError):
+        return CorruptResponse(f"answer does not decode ({detail})", operation=operation)
+    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+        return InvalidRequest(f"request refused by httpx ({detail})", operation=operation)
+    if isinstance(exc, httpx.RequestError):
+        return ConnectionFailed(f"connection failed ({detail})", operation=operation)
+    # A StreamError (a body read twice) or an HTTPStatusError: our own misuse of httpx,
+    # after the request may have gone out.
+    return TransportError(f"client failure ({detail})", operation=operation)
 
 
 def surely_not_carried_out(error: ServiceError) -> bool:
-    """Whether the service certainly did not act on the failed call: it refused it (4xx),
-    or the request never left. A 5xx or a lost answer may come after the change was made."""
+    """Whether the service certainly did not act on the failed call: it refused it (4xx
+    but 408), or the request never left. A 5xx, a 408 or a lost or corrupt answer may
+    come after the change was made."""
     if isinstance(error, ResponseError):
-        return not isinstance(error, ServerError)
+        return not isinstance(error, ServerError | RequestTimeout)
+    if isinstance(error, InvalidRequest):
+        return True
     return isinstance(error, TransportError) and not error.request_sent
+
+
+def is_transient(error: ServiceError) -> bool:
+    """Whether a later try may do better: the network, the service's health or its rate
+    limit failed the call (transport errors, undecodable answers, 5xx, 408, 429, an
+    open circuit), not the request itself. Other 4xx and an answer that does not parse
+    would fail the same way again."""
+    if isinstance(error, TransportError):
+        return True
+    return isinstance(error, ServerError | RequestTimeout | RateLimited)
 
 
 def error_from_response(
@@ -160,12 +239,16 @@ def error_from_response(
     if response.is_success:
         return None
     status = response.status_code
+    headers = response.headers
+    # A 429's wait may come from the rate-limit reset; any other status only asks for
+    # one with Retry-After.
+    told = server_wait(headers, now) if status == 429 else header_retry_after(headers, now)
     return error_for_status(
         status,
         _message(response),
         operation=operation,
-        retry_after=server_wait(response.headers, now) if status == 429 else None,
-        limit=server_limit(response.headers),
+        retry_after=told,
+        limit=server_limit(headers),
     )
 
 
@@ -173,59 +256,10 @@ def _message(response: httpx.Response) -> str:
     """The service's `{"error": ...}` message, or the start of whatever it sent."""
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, not text, or absurdly nested
         body = None
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         message: str = body["error"]
     else:
         message = response.text or response.reason_phrase
     return message[:_MESSAGE_LIMIT]
-
-
-def server_wait(headers: Mapping[str, str], now: float) -> float | None:
-    """The wait a 429 asks for: `Retry-After` when present, else `Burst-RateLimit-Reset`.
-
-    `headers` is case-insensitive (httpx.Headers); `now` is the Unix time in seconds.
-    Retry-After is seconds or an HTTP date (RFC 9110). The reset header is a Unix
-    time (QStash sends seconds); a small number is read as seconds to wait.
-    """
-    retry_after = headers.get("retry-after")
-    if retry_after is not None:
-        wait = _parse_retry_after(retry_after.strip(), now)
-        if wait is not None:
-            return wait
-    reset = _parse_number(headers.get("burst-ratelimit-reset"))
-    if reset is None:
-        return None
-    if reset >= _MILLIS_EPOCH:
-        return max(reset / 1000 - now, 0.0)
-    if reset >= _SECONDS_EPOCH:
-        return max(reset - now, 0.0)
-    return max(reset, 0.0)
-
-
-def server_limit(headers: Mapping[str, str]) -> int | None:
-    """The requests-per-second limit the service announces, if any."""
-    limit = _parse_number(headers.get("burst-ratelimit-limit"))
-    return int(limit) if limit is not None and limit >= 1 else None
-
-
-def _parse_retry_after(value: str, now: float) -> float | None:
-    seconds = _parse_number(value)
-    if seconds is not None:
-        return max(seconds, 0.0)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - now, 0.0)
-
-
-def _parse_number(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if number == number and number not in (float("inf"), float("-inf")) else None

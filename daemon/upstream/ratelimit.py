@@ -5,37 +5,72 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Literal
+
+from daemon.upstream.headers import RateHint
 
 Clock = Callable[[], float]
-# Seconds of starts kept while no rate is known, so that a rate learned later counts them.
-_UNLIMITED_MEMORY = 10.0
 Sleep = Callable[[float], Awaitable[None]]
+Phase = Literal["known", "probing", "ramping", "unlimited"]
+
+# Seconds of sends kept while no rate is known, so that a rate learned later counts them.
+_UNLIMITED_MEMORY = 10.0
+# How soon a waiter looks again when the window is full of calls not yet sent. Only a
+# safety net: the send or the end of such a call wakes it at once.
+_PENDING_POLL = 0.25
+
+
+class Slot:
+    """One call's place in the window. `acquire` reserves it; `sent` moves it to the
+    moment the request really goes out; an answer or `unanswered` settles it. While
+    reserved but not sent, it counts as sent now: it will be, any moment."""
+
+    __slots__ = ("at", "pending", "probe")
+
+    def __init__(self, at: float, *, probe: bool) -> None:
+        self.at = at
+        self.pending = True
+        self.probe = probe
 
 
 class RateLimiter:
     """A sliding-window limiter shared by every caller of one account.
 
-    At most `capacity` (the rate, rounded down) calls start in any window of one
-    second plus `headroom`, measured on the injected monotonic clock. The service
-    counts arrivals in its own windows, and a call arrives some variable time after
-    it starts, so two starts a second apart can arrive less than a second apart.
-    `headroom` absorbs that much variation in network delay, at the price of
-    `headroom` seconds of throughput a window (5% by default). Waiters are served in
-    arrival order (asyncio.Lock is FIFO), so a burst drains fairly.
+    Counting. At most `capacity` (the rate, rounded down) calls are sent in any window
+    of one second plus `headroom`, on the injected monotonic clock. A call counts from
+    the moment its request headers go out (the client reports httpcore's trace event
+    through `sent`), not from when `acquire` let it go: waiting for a connection or a
+    TLS handshake must not squeeze two calls into one of the service's windows. When
+    no such event comes (httpx.ASGITransport fires none) the reservation time is the
+    send time. The service counts arrivals in fixed one-second windows, and network
+    delay varies, so two sends a second apart can arrive less than a second apart:
+    `headroom` absorbs that much variation, at the price of `headroom` seconds of
+    throughput a window (5% by default). Waiters are served in arrival order.
 
-    The rate is either pinned (configured by the operator) or learned: from the
-    account record's `max_requests_per_second` or a response's
-    `Burst-RateLimit-Limit`. `pause` stops everyone after a 429: one caller being
-    told to slow down means the whole account is over its limit.
+    The rate is pinned (configured by the operator) or learned: from the account
+    record's `max_requests_per_second` or any answer's `Burst-RateLimit-Limit`.
 
-    With `probe`, and no rate yet, calls go one at a time until the service has
-    announced its limit or answered a call successfully (`learn` is told of every
-    answer): a daemon that starts with a backlog must not burst past a limit nobody
-    has announced yet. A probe that gets no answer within `probe_timeout` lets the
-    next call go.
+    The service's word on any answer is obeyed (`answered`): `Remaining: 0` with a
+    reset pauses everyone until the reset; a 429 pauses everyone until its
+    `Retry-After`, else its reset, else for a jittered backoff that doubles per 429
+    in a row. Pauses are capped at `max_pause`.
+
+    With `probe`, and no rate known, the limiter discovers instead of guessing:
+
+    * probing: one call at a time until the service answers one. A call that gets no
+      answer within `probe_timeout` lets exactly one more go (so a hung connection
+      delays, but never bursts). An answer that announces the limit ends it.
+    * ramping: an answer with no limit announced (the service may not send the
+      headers) starts a slow start at `ramp_start` calls a second, doubling each
+      `ramp_period` in which at least half the allowance was used and answered with no
+      429; a 429 that announces no limit halves the pace, and growth after it is by a
+      quarter per period. Past `ramp_ceiling` the limiter stops limiting.
+
+    Without `probe`, calls are not held until a rate is known.
     """
 
     def __init__(
@@ -46,85 +81,241 @@ class RateLimiter:
         headroom: float = 0.05,
         probe: bool = False,
         probe_timeout: float = 2.0,
+        ramp_start: float = 4.0,
+        ramp_period: float = 1.0,
+        ramp_ceiling: float = 1000.0,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        max_pause: float = 60.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         if headroom < 0:
             raise ValueError(f"headroom cannot be negative, got {headroom}")
+        if not 0 < ramp_start <= ramp_ceiling:
+            raise ValueError("need 0 < ramp_start <= ramp_ceiling")
         self._headroom = headroom
         self._clock = clock
         self._sleep = sleep
+        self._rand = rand
         self._lock = asyncio.Lock()
-        self._probing = probe and rate is None
-        self._probe_out = False
-        self._probe_timeout = probe_timeout
-        self._answered = asyncio.Event()
-        self._starts: deque[float] = deque()
+        self._changed = asyncio.Event()
+        self._slots: deque[Slot] = deque()
         self._paused_until = 0.0
+        self._refusals = 0  # 429s in a row that named no wait
+        self._max_pause = max_pause
+        self._backoff = (backoff_base, backoff_cap)
+        # Discovery, while no rate is known.
+        self._probing = probe and rate is None
+        self._probes_out = 0
+        self._last_probe = -math.inf
+        self._probe_timeout = probe_timeout
+        self._adaptive = probe
+        self._ramp: float | None = None  # calls a second while ramping
+        self._ramp_since = 0.0
+        self._ramp_answers = 0
+        self._ramp_growth = 2.0
+        self._ramp_start = ramp_start
+        self._ramp_period = ramp_period
+        self._ramp_ceiling = ramp_ceiling
         self._pinned = pinned and rate is not None
         self._rate: float | None = None
-        self._capacity = 0
-        self._window = 0.0
-        self._set_rate(rate)
+        if rate is not None:
+            self._set_rate(rate)
 
     @property
     def rate(self) -> float | None:
-        """Calls per second allowed now; None means unlimited."""
+        """The service's limit in calls per second, pinned or learned; None while unknown."""
         return self._rate
 
-    def learn(self, rate: float | None, *, settled: bool = True) -> None:
-        """The service answered, announcing `rate` (None: no limit announced). Adopt it,
-        unless the operator pinned one. An answer that is an error and announces nothing
-        (`settled=False`) does not end probing: the next probe goes."""
-        if rate is not None or settled:
-            self._probing = False
-        self._probe_out = False
-        self._answered.set()
-        if self._probing:  # wake the waiters; they wait on a fresh event from now on
-            self._answered = asyncio.Event()
-        if not self._pinned and rate is not None and rate > 0 and rate != self._rate:
+    @property
+    def phase(self) -> Phase:
+        """How calls are paced now: by a known rate, by probing, by a slow start, or not."""
+        if self._rate is not None:
+            return "known"
+        if self._probing:
+            return "probing"
+        return "ramping" if self._ramp is not None else "unlimited"
+
+    def learn(self, rate: float | None) -> None:
+        """The account's rate limit, as the service announced it (None: nothing learned).
+        Adopted unless the operator pinned one; it ends probing and ramping either way."""
+        if rate is None or rate <= 0:
+            return
+        self._end_discovery()
+        if not self._pinned and rate != self._rate:
             self._set_rate(rate)
+        self._wake()
 
     def pause(self, seconds: float) -> None:
         """Hold every caller for `seconds` from now (never shortens a longer pause)."""
-        self._paused_until = max(self._paused_until, self._clock() + seconds)
+        until = self._clock() + min(max(seconds, 0.0), self._max_pause)
+        self._paused_until = max(self._paused_until, until)
 
-    async def acquire(self) -> None:
-        """Wait until one more call fits under the limit, then count it."""
-        while self._probing and self._probe_out:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._probe_timeout):
-                    await self._answered.wait()
-                continue
-            self._probe_out = False  # the probe got no answer in time: the next one goes
-        self._probe_out = self._probing
+    async def acquire(self) -> Slot:
+        """Wait until one more call fits under the limit, and reserve its place."""
         async with self._lock:
-            while (wait := self._wait()) > 0:
-                await self._sleep(wait)
-            # Counted even with no rate known yet: calls made just before the rate is
+            while (wait := self._wait(self._clock())) > 0:
+                await self._nap(wait)
+            now = self._clock()
+            slot = Slot(now, probe=self._probing)
+            if slot.probe:
+                self._probes_out += 1
+                self._last_probe = now
+            # Kept even with no rate known yet: calls made just before the rate is
             # learned are in the service's current window too.
-            self._starts.append(self._clock())
+            self._slots.append(slot)
+            return slot
 
-    def _wait(self) -> float:
-        now = self._clock()
+    def sent(self, slot: Slot) -> None:
+        """The slot's request headers are going out now."""
+        slot.at = self._clock()
+        slot.pending = False
+        self._wake()
+
+    def unanswered(self, slot: Slot, *, sent: bool) -> None:
+        """The call ended without an answer. `sent=False`: it surely never reached the
+        service, so it takes no place in the window."""
+        self._settle(slot)
+        if not sent:
+            with contextlib.suppress(ValueError):
+                self._slots.remove(slot)
+        self._wake()
+
+    def answered(self, slot: Slot, *, status: int, hint: RateHint) -> None:
+        """The service answered the slot's call with `status`; `hint` is what the
+        answer's headers say about the rate limit."""
+        self._settle(slot)
+        self.learn(hint.limit)
+        if status == 429:
+            self._refused(hint)
+        else:
+            self._refusals = 0
+            if hint.remaining == 0 and hint.reset_in:
+                self.pause(hint.reset_in)  # the service's window is used up: wait it out
+            if self._probing and status < 500:
+                self._start_ramp()  # it answers, and announces no limit
+            elif self._ramp is not None and status < 500:
+                self._ramp_answers += 1
+        self._wake()
+
+    # -- the window ------------------------------------------------------------------
+
+    def _wait(self, now: float) -> float:
+        """Seconds until one more call may go; 0 when it may go now."""
         if now < self._paused_until:
             return self._paused_until - now
-        if self._rate is None:
-            while self._starts and self._starts[0] <= now - _UNLIMITED_MEMORY:
-                self._starts.popleft()
+        if self._probing:
+            self._forget(now, _UNLIMITED_MEMORY)  # probes that failed, kept for a while
+            if self._probes_out == 0:
+                return 0.0
+            return max(0.0, self._last_probe + self._probe_timeout - now)
+        pace = self._pace(now)
+        self._forget(now, pace[1] if pace else _UNLIMITED_MEMORY)
+        if pace is None:
             return 0.0
-        while self._starts and self._starts[0] <= now - self._window:
-            self._starts.popleft()
-        if len(self._starts) < self._capacity:
+        capacity, window = pace
+        if len(self._slots) < capacity:
             return 0.0
-        return self._starts[0] + self._window - now
+        first = self._slots[0]
+        return _PENDING_POLL if first.pending else first.at + window - now
 
-    def _set_rate(self, rate: float | None) -> None:
-        if rate is not None and rate <= 0:
+    def _pace(self, now: float) -> tuple[int, float] | None:
+        """(capacity, window) in force now; None when calls are not limited."""
+        if self._rate is not None:
+            return _shape(self._rate, self._headroom)
+        if self._ramp is None:
+            return None
+        if now - self._ramp_since >= self._ramp_period:
+            self._grow_ramp(now)
+            if self._ramp is None:
+                return None
+        return _shape(self._ramp, self._headroom)
+
+    def _forget(self, now: float, memory: float) -> None:
+        # Sends are nearly in order, so only the oldest end is trimmed: a slot sent out
+        # of order lingers a little, which can only make the limiter stricter.
+        while self._slots and not self._slots[0].pending and self._slots[0].at <= now - memory:
+            self._slots.popleft()
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep `seconds` (the injected sleep), or less if something changes first."""
+        sleeper = asyncio.ensure_future(self._sleep(seconds))
+        waker = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait((sleeper, waker), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waker.cancel()
+
+    def _wake(self) -> None:
+        """Tell the waiter that its wait may be over: a slot moved, or the pace changed."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _settle(self, slot: Slot) -> None:
+        slot.pending = False
+        if slot.probe:
+            slot.probe = False
+            self._probes_out = max(0, self._probes_out - 1)
+
+    def _refused(self, hint: RateHint) -> None:
+        """A 429: the whole account is over its limit, so everyone waits."""
+        told = hint.retry_after or hint.reset_in
+        if told:
+            self.pause(told)
+        else:
+            self._refusals += 1
+            base, cap = self._backoff
+            ceiling = min(cap, base * 2.0 ** (self._refusals - 1))
+            self.pause(ceiling * (0.5 + self._rand() / 2))
+        if hint.limit is None and self._rate is None and self._adaptive:
+            self._slow_down()
+
+    # -- discovery, while no rate is known ---------------------------------------------
+
+    def _end_discovery(self) -> None:
+        self._probing = False
+        self._ramp = None
+
+    def _start_ramp(self) -> None:
+        self._probing = False
+        self._ramp = self._ramp_start
+        self._ramp_since = self._clock()
+        self._ramp_answers = 0
+
+    def _grow_ramp(self, now: float) -> None:
+        assert self._ramp is not None
+        if self._ramp_answers >= self._ramp * self._ramp_period / 2:
+            self._ramp *= self._ramp_growth
+            if self._ramp >= self._ramp_ceiling:
+                self._ramp = None  # no sign of a limit this far up: stop limiting
+        self._ramp_since = now
+        self._ramp_answers = 0
+
+    def _slow_down(self) -> None:
+        """A 429 that names no limit, while discovering: halve the pace, grow slower."""
+        if self._probing:
+            current = self._ramp_start * 2
+        elif self._ramp is not None:
+            current = self._ramp
+        else:  # had stopped limiting
+            current = self._ramp_ceiling
+        self._probing = False
+        self._ramp = max(self._ramp_start, current / 2)
+        self._ramp_growth = 1.25
+        self._ramp_since = self._clock()
+        self._ramp_answers = 0
+
+    def _set_rate(self, rate: float) -> None:
+        if rate <= 0:
             raise ValueError(f"rate must be positive, got {rate}")
         self._rate = rate
-        if rate is None:
-            return
-        # Under one call a second, widen the window instead of allowing a fraction.
-        self._capacity = max(1, math.floor(rate))
-        self._window = self._capacity / rate + self._headroom
+
+
+def _shape(rate: float, headroom: float) -> tuple[int, float]:
+    """(capacity, window) for `rate` calls a second. Under one call a second the window
+    widens instead of allowing a fraction of a call."""
+    capacity = max(1, math.floor(rate))
+    return capacity, capacity / rate + headroom

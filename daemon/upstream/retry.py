@@ -6,7 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from daemon.upstream.errors import (
+    CircuitOpen,
     RateLimited,
+    RequestTimeout,
+    ResponseError,
     ServerError,
     ServiceError,
     TransportError,
@@ -17,11 +20,18 @@ from daemon.upstream.errors import (
 class RetryPolicy:
     """Exponential backoff with full jitter, bounded in attempts and in total time.
 
-    Retried: 429 (always: the service refused before doing anything, and at least
-    `base_delay` later), 5xx and transport failures. A call that is not idempotent
+    Retried: 429 (always: the service refused before doing anything), 5xx, 408 and
+    transport failures, undecodable answers included. A call that is not idempotent
     (the token reset, a bulk call by filter) is repeated only when it certainly never
     reached the service, because repeating it could act twice. Everything else (400,
-    401, 404, ...) is final: the same request would fail the same way.
+    401, 404, ...) is final: the same request would fail the same way. An open circuit
+    is not retried here either: the caller reschedules the work for when it closes.
+
+    A 429 waits exactly as long as the service said (Retry-After, else the rate-limit
+    reset), capped at `max_server_wait`; when it said nothing usable (no header, or a
+    wait of zero, which clocks that disagree can produce) it waits `base_delay` plus
+    the jittered backoff, so a refusal never turns into a hot loop. A 5xx or 408 with
+    Retry-After waits at least that long.
     """
 
     max_attempts: int = 6
@@ -33,9 +43,11 @@ class RetryPolicy:
     def is_retryable(self, error: ServiceError, *, idempotent: bool = True) -> bool:
         if isinstance(error, RateLimited):
             return True
+        if isinstance(error, CircuitOpen):
+            return False
         if isinstance(error, TransportError):
             return idempotent or not error.request_sent
-        if isinstance(error, ServerError):
+        if isinstance(error, ServerError | RequestTimeout):
             return idempotent
         return False
 
@@ -60,11 +72,17 @@ class RetryPolicy:
         if attempt >= self.max_attempts or not self.is_retryable(error, idempotent=idempotent):
             return None
         delay = self.backoff(attempt, rand)
+        told = self._told(error)
         if isinstance(error, RateLimited):
-            # Never less than base_delay: a wait of 0 (or a reset already past, when the
-            # clocks disagree) would otherwise retry in a hot loop.
-            told = min(error.retry_after or 0.0, self.max_server_wait)
-            delay = max(told, delay, self.base_delay)
+            delay = told if told is not None else self.base_delay + delay
+        elif told is not None:
+            delay = max(delay, told)
         if elapsed + delay > self.max_elapsed:
             return None
         return delay
+
+    def _told(self, error: ServiceError) -> float | None:
+        """The wait the service asked for, capped; None when it asked for none."""
+        if not isinstance(error, ResponseError) or not error.retry_after:
+            return None
+        return min(error.retry_after, self.max_server_wait)

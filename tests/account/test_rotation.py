@@ -4,6 +4,7 @@ reset refused, a reset whose answer is lost, and the lockout and its end."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import stat
 from pathlib import Path
@@ -14,7 +15,7 @@ import structlog
 
 from tests.account.support import RESET, rotation_settings
 from tests.pipeline.support import RESUME_ALL, Harness, harness
-from tests.support import PASSWORD, TOKEN, USERNAME, workflows
+from tests.support import FAST_ROTATION, PASSWORD, TOKEN, USERNAME, workflows
 
 
 async def token_answer(control: httpx.AsyncClient, token: str) -> int:
@@ -125,8 +126,14 @@ async def test_a_reset_that_times_out_after_succeeding_is_a_lockout(tmp_path: Pa
     """The service resets the token but its answer never arrives: the old token is
     refused and the new one unknown. recoveryd says so, fails readiness and makes no
     call until a token that works is put in the credentials file, then carries on."""
+    # The service acts after the 1 s delay; the first check must come later than that.
+    patient = dataclasses.replace(FAST_ROTATION, check_first=1.0)
     async with harness(
-        tmp_path, RESUME_ALL, http_timeout=0.5, **rotation_settings(tmp_path / "credentials.json")
+        tmp_path,
+        RESUME_ALL,
+        http_timeout=0.5,
+        rotation=patient,
+        **rotation_settings(tmp_path / "credentials.json"),
     ) as h:
         await h.fault(kind="latency", seconds=1.0, times=1, paths=[RESET])
         with structlog.testing.capture_logs() as logs:

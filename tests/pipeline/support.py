@@ -95,6 +95,16 @@ def sent_per_dlq_id(calls: list[dict[str, Any]]) -> Counter[str]:
     return Counter(dlq_id for call in calls if call["status"] == 200 for dlq_id in dlq_ids_of(call))
 
 
+def assert_recovered_once(
+    journal: list[dict[str, Any]], runs: list[dict[str, Any]], dlq_ids: list[str]
+) -> None:
+    """Exactly once, as the service saw it: one run made from each dlqId, and each dlqId
+    in one bulk call that was answered 200."""
+    assert Counter(run["sourceDlqId"] for run in runs) == Counter(dict.fromkeys(dlq_ids, 1))
+    bulk_calls = [call for call in journal if call["path"] in BULK_PATHS]
+    assert sent_per_dlq_id(bulk_calls) == Counter(dict.fromkeys(dlq_ids, 1))
+
+
 @contextlib.asynccontextmanager
 async def harness(
     tmp_path: Path, rules: str, *, emulator: dict[str, Any] | None = None, **options: Any
@@ -103,7 +113,11 @@ async def harness(
     text of a rules file); `options` go to `running_recoveryd`."""
     path = tmp_path / "rules.yaml"
     path.write_text(rules)
-    config = emulator_config(execute_runs=False, **(emulator or {}))
+    # A limit the service announces on every answer, as QStash does: the daemon learns it
+    # from the first answer instead of starting slow (tests of the slow start set none).
+    config = emulator_config(
+        **{"execute_runs": False, "max_requests_per_second": 1000, **(emulator or {})}
+    )
     # The emulator on its own thread and loop, as the service is another machine: sharing
     # recoveryd's loop would delay its arrivals by recoveryd's work, and the rate limit
     # is counted at arrival.

@@ -3,6 +3,7 @@ nothing is lost, and no run is resumed twice."""
 
 from __future__ import annotations
 
+import random
 import signal
 import time
 from collections import Counter
@@ -13,7 +14,7 @@ import httpx
 
 from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
-from tests.pipeline.support import BULK_PATHS, dlq_ids_of
+from tests.pipeline.support import BULK_PATHS, assert_recovered_once, dlq_ids_of
 from tests.processes import Served, serving
 from tests.support import callback_json, emulator_config, signed, workflows
 
@@ -94,3 +95,48 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
     [batch] = killed["batches"]
     assert batch["reason"] == "the call's outcome was not recorded"
     assert [event["state"] for event in killed["history"]] == ["decided", "batched", "done"]
+
+
+def test_three_kills_at_random_points_fail_nothing_and_recover_each_once(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL three times while batches are being formed and sent (each call held a
+    while, so kills land in every step), then a last start: all done, none failed, each
+    run made once and each dlqId in one answered call."""
+    chance = random.Random(20261123)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES.replace("maxSize: 50, maxWait: 5s", "maxSize: 20, maxWait: 300ms"))
+    config = emulator_config(execute_runs=False)
+    with (
+        serve_in_thread(create_app(config)) as service_url,
+        httpx.Client(base_url=service_url, timeout=10) as control,
+    ):
+        dlq_ids: list[str] = control.post(
+            "/_emulator/dlq", json={"messages": workflows(300)}
+        ).json()["dlqIds"]
+        fault = {"kind": "latency", "seconds": 0.4, "times": 1000, "paths": ["/v2/workflows/"]}
+        control.post("/_emulator/faults", json=fault).raise_for_status()
+        settings = {"SERVICE_URL": service_url, "RULES": str(rules)}
+
+        for kill in range(3):
+            with serving(tmp_path, **settings) as served:
+                for dlq_id in dlq_ids[kill * 100 : (kill + 1) * 100]:
+                    body = callback_json(dlq_id, "failure-callback-workflow.json")
+                    response = httpx.post(f"{served.url}/callbacks", content=body,
+                                          headers=signed(body), timeout=10)  # fmt: skip
+                    assert response.status_code == 200
+                wait_for(lambda: status(served)["pendingBatches"] >= 1)
+                time.sleep(chance.uniform(0.0, 1.5))
+                exit_status, _ = served.stop(signal.SIGKILL)
+                assert exit_status == -signal.SIGKILL
+
+        control.delete("/_emulator/faults").raise_for_status()
+        with serving(tmp_path, **settings) as served:
+            wait_for(lambda: status(served)["states"]["done"] == 300, seconds=120)
+            final = status(served)
+            served.stop()
+        runs = control.get("/_emulator/runs").json()
+        journal = journal_of(control)
+
+    assert {state: n for state, n in final["states"].items() if n} == {"done": 300}
+    assert_recovered_once(journal, runs, dlq_ids)

@@ -4,6 +4,7 @@ timeouts, dropped connections and 429 bursts the call rate stays under the limit
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
 
@@ -11,10 +12,11 @@ from tests.pipeline.support import RESUME_ALL, harness, sent_per_dlq_id
 from tests.support import workflows
 
 
-async def test_a_message_that_cannot_be_fetched_fails_with_the_reason(tmp_path: Path) -> None:
+async def test_a_message_the_service_refuses_fails_with_the_reason(tmp_path: Path) -> None:
+    """A 400 on the fetch is final for the dlqId: `failed` after the fetch tries."""
     async with harness(tmp_path, RESUME_ALL) as h:
         [dlq_id] = await h.seed(workflows(1))
-        await h.fault(kind="status", status=500, times=1000, paths=["/v2/dlq/"])
+        await h.fault(kind="status", status=400, times=1000, paths=["/v2/dlq/"])
         await h.send_callbacks([dlq_id])
 
         assert await h.settled(1) == {"failed": 1}
@@ -23,11 +25,28 @@ async def test_a_message_that_cannot_be_fetched_fails_with_the_reason(tmp_path: 
         assert record["reason"].startswith("fetching the DLQ message failed")
         assert record["reason"].endswith("(5 tries)")
         assert record["fetchAttempts"] == 5
-        # Each try is the client's retries (4 attempts), and tries are spaced by backoff.
-        assert len(record["calls"]) == 20
-        assert {call["status"] for call in record["calls"]} == {500}
+        # A 400 is not retried by the client: one call a try, tries spaced by backoff.
+        assert [call["status"] for call in record["calls"]] == [400] * 5
         await h.recoveryd.admin.get("/metrics")
         assert h.recoveryd.metric("recoveryd_dlq_ids", state="failed") == 1
+
+
+async def test_a_message_the_service_keeps_failing_is_never_failed(tmp_path: Path) -> None:
+    """500s on every fetch for well past the fetch tries: the dlqId waits in `received`
+    (never `failed`), and is recovered once the service answers again."""
+    async with harness(tmp_path, RESUME_ALL) as h:
+        [dlq_id] = await h.seed(workflows(1))
+        await h.fault(kind="status", status=500, times=100_000, paths=["/v2/dlq/"])
+        await h.send_callbacks([dlq_id])
+        for _ in range(600):
+            if (await h.record(dlq_id))["fetchAttempts"] >= 8:
+                break
+            await asyncio.sleep(0.05)
+        assert (await h.record(dlq_id))["state"] == "received"
+
+        (await h.control.delete("/_emulator/faults")).raise_for_status()
+
+        assert await h.settled(1, seconds=60) == {"done": 1}
 
 
 async def test_a_bulk_call_the_service_rejects_fails_its_dlq_ids(tmp_path: Path) -> None:

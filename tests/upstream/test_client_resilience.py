@@ -13,17 +13,20 @@ from daemon.upstream import (
     BulkFilter,
     CallRecord,
     ConnectionFailed,
+    CorruptResponse,
     Credentials,
     CredentialsHolder,
     EndpointRef,
     InvalidResponse,
     NotFound,
     RateLimiter,
+    RequestTimeout,
     RetryPolicy,
     ServerError,
     ServiceClient,
     Timeout,
     Unauthorized,
+    surely_not_carried_out,
 )
 from tests.support import FAST_RETRY, TOKEN, USERNAME, Service, workflows
 
@@ -207,6 +210,74 @@ async def test_malformed_answer_is_invalid_response(service: Service) -> None:
     assert len(await service.journal()) == 1
 
 
+async def test_a_408_is_retried(service: Service) -> None:
+    """The service gave up waiting for the request: a later try usually works."""
+    [dlq_id] = await service.seed({"url": "https://a.example.com"})
+    await service.fault(kind="status", status=408, times=1)
+    assert (await service.client.get_dlq_message(dlq_id)).dlq_id == dlq_id
+    assert [c["status"] for c in await service.journal()] == [408, 200]
+
+
+async def test_a_408_to_a_bulk_by_filter_is_not_repeated(service: Service) -> None:
+    """As after a 5xx, whether the service acted is unknown: a repeat could act twice."""
+    await service.seed(*workflows(3))
+    await service.fault(kind="status", status=408, times=1)
+    with pytest.raises(RequestTimeout):
+        await service.client.bulk("resume", filter=BulkFilter(), count=2)
+    assert len(await service.journal()) == 1
+
+
+async def test_an_answer_that_does_not_decode_is_corrupt_response(service: Service) -> None:
+    """A body whose gzip does not inflate: CorruptResponse ("decode"), sent, outcome unknown."""
+    records: list[CallRecord] = []
+    client = service.client_with(observe=records.append, retry=RetryPolicy(max_attempts=1))
+    await service.fault(kind="corrupt_gzip", times=1)
+    with pytest.raises(CorruptResponse) as raised:
+        await client.get_dlq_message("1-0")
+    assert raised.value.reason == "decode"
+    assert raised.value.request_sent is True
+    assert not surely_not_carried_out(raised.value)
+    assert [(r.status, r.error) for r in records] == [(None, "decode")]
+
+
+async def test_a_corrupt_answer_is_retried_by_an_idempotent_call(service: Service) -> None:
+    """The read's answer is mangled on the way once; the next try reads it."""
+    [dlq_id] = await service.seed({"url": "https://a.example.com"})
+    await service.fault(kind="corrupt_gzip", times=1)
+    assert (await service.client.get_dlq_message(dlq_id)).dlq_id == dlq_id
+    calls = await service.journal()
+    assert [(c["status"], c.get("fault"), c.get("carriedOut")) for c in calls] == [
+        (200, "corrupt_gzip", True),
+        (200, None, None),
+    ]
+
+
+async def test_a_corrupt_answer_to_a_bulk_by_filter_is_not_repeated(service: Service) -> None:
+    """The service resumed the run but its answer was lost: a repeat would resume the next
+    matching run too, so the call fails with CorruptResponse after one try."""
+    await service.seed(*workflows(2))
+    await service.fault(kind="corrupt_gzip", times=1)
+    with pytest.raises(CorruptResponse):
+        await service.client.bulk("resume", filter=BulkFilter(), count=1)
+    [call] = await service.journal()
+    assert call["carriedOut"] is True
+    assert len((await service.control.get("/_emulator/runs")).json()) == 1
+
+
+async def test_a_corrupt_answer_to_a_bulk_by_ids_is_retried_and_acts_once(
+    service: Service,
+) -> None:
+    """By dlqIds a repeat is safe: the first try acted (the journal says so) and took the
+    entries out of the DLQ, so the repeat finds nothing left to act on."""
+    ids = await service.seed(*workflows(2))
+    await service.fault(kind="corrupt_gzip", times=1)
+    result = await service.client.bulk("resume", dlq_ids=ids)
+    assert result.workflow_runs == ()  # the runs made were reported in the lost answer
+    calls = await service.journal()
+    assert [(c["status"], c.get("carriedOut")) for c in calls] == [(200, True), (200, None)]
+    assert len((await service.control.get("/_emulator/runs")).json()) == 2
+
+
 @pytest.mark.parametrize("name", ["", ".", "..", "a\nb"])
 async def test_path_walking_names_are_refused_before_any_call(service: Service, name: str) -> None:
     """An id or group name that would change the URL's path is refused up front."""
@@ -237,6 +308,34 @@ async def test_calls_stay_under_the_service_limit(service: Service) -> None:
     stats = (await service.control.get("/_emulator/stats")).json()
     assert stats["rate_limited"] == 0
     assert stats["max_requests_in_window"] <= 20
+
+
+@SOCKET_ONLY
+async def test_a_call_counts_from_when_its_headers_go_out(service: Service) -> None:
+    """At 2/s over one connection, the first answer takes 0.9 s, so the second call, let
+    go at once, only goes out then. Counted from its send (httpx's trace), it keeps the
+    fourth call back until 1.05 s after it: the service never sees 3 calls within a
+    second, and refuses none."""
+    await service.control.post("/_emulator/account", json={"max_requests_per_second": 2})
+    await service.fault(kind="latency", seconds=0.9, times=1)
+    async with service.http(limits=httpx.Limits(max_connections=1), timeout=5.0) as http:
+        client = service.client_with(
+            http=http, limiter=RateLimiter(2), retry=RetryPolicy(max_attempts=1)
+        )
+
+        async def one(i: int) -> None:
+            with pytest.raises(NotFound):
+                await client.get_dlq_message(f"{i}-0")
+
+        async with asyncio.timeout(10):
+            await asyncio.gather(*(one(i) for i in range(4)))
+    arrivals = sorted(c["at"] for c in await service.journal())
+    assert len(arrivals) == 4
+    assert arrivals[1] - arrivals[0] >= 0.85  # the second call did wait for the connection
+    assert max(sum(1 for t in arrivals if s <= t < s + 1.0) for s in arrivals) == 2
+    stats = (await service.control.get("/_emulator/stats")).json()
+    assert stats["rate_limited"] == 0
+    assert stats["max_requests_in_window"] <= 2
 
 
 @SOCKET_ONLY

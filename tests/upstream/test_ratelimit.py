@@ -1,16 +1,46 @@
-"""The shared rate limiter, driven by an injected clock: no test here sleeps for real."""
+"""The shared rate limiter, driven by an injected clock: no test here sleeps for real.
+
+Each call is reported as the client reports it: `sent` when its headers go out, then
+answered (or `unanswered`). A slot that is never settled holds its place for ever.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
-from daemon.upstream.ratelimit import RateLimiter
+from daemon.upstream.headers import RateHint
+from daemon.upstream.ratelimit import RateLimiter, Slot
+
+# Seconds of real time a test may take before it counts as hung.
+GUARD = 5.0
+
+
+def bounded(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """Fail the test after GUARD seconds instead of hanging the run on a limiter that waits
+    for ever."""
+
+    @functools.wraps(test)
+    async def run(*args: Any, **kwargs: Any) -> None:
+        await asyncio.wait_for(test(*args, **kwargs), GUARD)
+
+    return run
+
+
+async def settle() -> None:
+    """Let every task that can run, run (a waiter takes a few steps to wake and go)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
 
 
 class FakeTime:
-    """A monotonic clock that only moves when someone sleeps."""
+    """A monotonic clock that jumps forward whenever someone sleeps: waits take no time."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -23,14 +53,62 @@ class FakeTime:
         await asyncio.sleep(0)
 
 
+class ManualTime:
+    """A monotonic clock that moves only when the test moves it; a sleeper wakes once the
+    clock has reached its deadline."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        entry = (self.now + seconds, asyncio.get_running_loop().create_future())
+        self._sleepers.append(entry)
+        try:
+            await entry[1]
+        finally:
+            self._sleepers.remove(entry)
+
+    async def advance_to(self, when: float) -> None:
+        await settle()
+        self.now = when
+        for deadline, woken in self._sleepers:
+            if deadline <= when and not woken.done():
+                woken.set_result(None)
+        await settle()
+
+
+def limiter_on(time: FakeTime | ManualTime, *args: Any, **kwargs: Any) -> RateLimiter:
+    return RateLimiter(*args, clock=time.clock, sleep=time.sleep, **kwargs)
+
+
 async def starts_of(limiter: RateLimiter, time: FakeTime, calls: int) -> list[float]:
+    """`calls` concurrent calls, each sent as soon as it has its place and answered 200
+    with no rate-limit header; the times they were sent."""
     starts: list[float] = []
 
     async def call() -> None:
-        await limiter.acquire()
+        slot = await limiter.acquire()
+        limiter.sent(slot)
         starts.append(time.now)
+        limiter.answered(slot, status=200, hint=RateHint())
 
     await asyncio.gather(*(call() for _ in range(calls)))
+    return starts
+
+
+async def paced(limiter: RateLimiter, time: FakeTime, statuses: list[int]) -> list[float]:
+    """Calls one after another, each answered with the next of `statuses` and no
+    rate-limit header; the times they were sent."""
+    starts: list[float] = []
+    for status in statuses:
+        slot = await limiter.acquire()
+        limiter.sent(slot)
+        starts.append(time.now)
+        limiter.answered(slot, status=status, hint=RateHint())
     return starts
 
 
@@ -38,61 +116,73 @@ def most_in_any_window(starts: list[float], window: float) -> int:
     return max(sum(1 for t in starts if s <= t < s + window) for s in starts)
 
 
+def per_second(starts: list[float]) -> list[int]:
+    """How many calls were sent in each second [0, 1), [1, 2)..."""
+    counts = Counter(math.floor(t) for t in starts)
+    return [counts[second] for second in range(max(counts) + 1)]
+
+
+# -- a known rate ---------------------------------------------------------------------
+
+
+@bounded
 async def test_calls_stay_under_the_limit_in_every_window() -> None:
     """23 concurrent callers at 5/s: never more than 5 starts in any 1-second window."""
     time = FakeTime()
-    limiter = RateLimiter(5, clock=time.clock, sleep=time.sleep)
-    starts = await starts_of(limiter, time, 23)
+    starts = await starts_of(limiter_on(time, 5), time, 23)
     assert len(starts) == 23
     assert most_in_any_window(starts, 1.0) == 5
 
 
+@bounded
 async def test_limit_is_used_fully() -> None:
     """The limiter is not slower than it must be: 23 calls at 5/s start within 4 seconds."""
     time = FakeTime()
-    limiter = RateLimiter(5, headroom=0, clock=time.clock, sleep=time.sleep)
-    starts = await starts_of(limiter, time, 23)
+    starts = await starts_of(limiter_on(time, 5, headroom=0), time, 23)
     assert max(starts) == 4.0
 
 
+@bounded
 async def test_headroom_widens_each_window() -> None:
     """With 50 ms of headroom, each next batch of 5 starts 1.05 s after the last:
     arrivals that jitter by up to 50 ms still fit the service's one-second windows."""
     time = FakeTime()
-    limiter = RateLimiter(5, headroom=0.05, clock=time.clock, sleep=time.sleep)
-    starts = await starts_of(limiter, time, 15)
+    starts = await starts_of(limiter_on(time, 5, headroom=0.05), time, 15)
     assert sorted(set(starts)) == pytest.approx([0.0, 1.05, 2.10])
     assert most_in_any_window(starts, 1.05) == 5
 
 
+@bounded
 async def test_no_rate_means_no_wait() -> None:
     """Until a limit is known, calls are not held."""
     time = FakeTime()
-    starts = await starts_of(RateLimiter(clock=time.clock, sleep=time.sleep), time, 100)
+    starts = await starts_of(limiter_on(time), time, 100)
     assert max(starts) == 0.0
 
 
+@bounded
 async def test_rate_below_one_widens_the_window() -> None:
     """At 0.5/s one call starts every two seconds."""
     time = FakeTime()
-    limiter = RateLimiter(0.5, headroom=0, clock=time.clock, sleep=time.sleep)
-    assert await starts_of(limiter, time, 3) == [0.0, 2.0, 4.0]
+    assert await starts_of(limiter_on(time, 0.5, headroom=0), time, 3) == [0.0, 2.0, 4.0]
 
 
+@bounded
 async def test_pause_holds_every_caller() -> None:
-    """After a 429 everyone waits, not only the caller that was refused."""
+    """A pause holds everyone, not only the caller that was refused."""
     time = FakeTime()
-    limiter = RateLimiter(100, clock=time.clock, sleep=time.sleep)
+    limiter = limiter_on(time, 100)
     limiter.pause(3.0)
     limiter.pause(1.0)  # a shorter pause does not cut the longer one
     starts = await starts_of(limiter, time, 4)
     assert min(starts) >= 3.0
 
 
+@bounded
 async def test_learned_rate_is_adopted() -> None:
     """A limit the service announces applies to the next calls."""
     time = FakeTime()
-    limiter = RateLimiter(headroom=0, clock=time.clock, sleep=time.sleep)
+    limiter = limiter_on(time, headroom=0)
     limiter.learn(2)
     starts = await starts_of(limiter, time, 5)
     assert starts == [0.0, 0.0, 1.0, 1.0, 2.0]
@@ -105,27 +195,234 @@ def test_pinned_rate_ignores_what_the_service_says() -> None:
     assert limiter.rate == 10
 
 
+# -- a call counts from when it is sent ------------------------------------------------
+
+
+@bounded
+async def test_a_reserved_call_holds_its_place_until_it_is_sent() -> None:
+    """A call that has its place but is not sent yet (waiting for a connection) may go out
+    any moment: however long it waits, the next call cannot take its place; once sent,
+    it counts from then."""
+    time = ManualTime()
+    limiter = limiter_on(time, 1, headroom=0)
+    reserved = await limiter.acquire()
+    waiting = asyncio.create_task(limiter.acquire())
+    await time.advance_to(5.0)
+    assert not waiting.done()
+    limiter.sent(reserved)
+    await time.advance_to(5.75)
+    assert not waiting.done()
+    await time.advance_to(6.0)
+    assert (await waiting).at == 6.0
+
+
+@bounded
+async def test_a_call_sent_late_counts_from_its_send() -> None:
+    """At 2/s, of two calls let go at 0 the second is sent at 0.75: a third goes when the
+    first's window ends (1.0), a fourth only when the late one's does (1.75)."""
+    time = ManualTime()
+    limiter = limiter_on(time, 2, headroom=0)
+    limiter.sent(await limiter.acquire())
+    late = await limiter.acquire()
+    third = asyncio.create_task(limiter.acquire())
+    fourth = asyncio.create_task(limiter.acquire())
+    await time.advance_to(0.75)
+    limiter.sent(late)
+    await time.advance_to(1.0)
+    assert (await third).at == 1.0
+    await time.advance_to(1.5)
+    assert not fourth.done()
+    await time.advance_to(1.75)
+    assert (await fourth).at == 1.75
+
+
+@pytest.mark.parametrize(("sent", "next_at"), [(False, 0.0), (True, 1.0)])
+@bounded
+async def test_a_call_that_never_went_out_frees_its_place(sent: bool, next_at: float) -> None:
+    """`unanswered(sent=False)`: the service never saw the call, so the next one takes its
+    place at once; a call that may have gone out keeps it for the whole window."""
+    time = ManualTime()
+    limiter = limiter_on(time, 1, headroom=0)
+    slot = await limiter.acquire()
+    waiting = asyncio.create_task(limiter.acquire())
+    await settle()
+    limiter.unanswered(slot, sent=sent)
+    await settle()
+    assert waiting.done() is not sent
+    await time.advance_to(next_at)
+    assert (await waiting).at == next_at
+
+
+# -- what the service says ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("remaining", "next_at"), [(0, 0.75), (1, 0.0)])
+@bounded
+async def test_nothing_remaining_pauses_everyone_until_the_reset(
+    remaining: int, next_at: float
+) -> None:
+    """An answer saying the window is used up (Remaining: 0) holds every caller until its
+    reset, even under the rate the limiter knows; with some remaining, nobody waits."""
+    time = FakeTime()
+    limiter = limiter_on(time, 100)
+    slot = await limiter.acquire()
+    limiter.sent(slot)
+    hint = RateHint(limit=100, remaining=remaining, reset_in=0.75)
+    limiter.answered(slot, status=200, hint=hint)
+    assert await starts_of(limiter, time, 3) == [next_at] * 3
+
+
+@pytest.mark.parametrize(
+    ("hint", "wait"),
+    [
+        (RateHint(retry_after=3.0, reset_in=1.0), 3.0),
+        (RateHint(reset_in=2.0), 2.0),
+        (RateHint(retry_after=0.0, reset_in=1.5), 1.5),
+        (RateHint(retry_after=3600.0), 60.0),
+    ],
+    ids=["retry-after wins", "reset", "retry-after 0 falls back", "capped at max_pause"],
+)
+@bounded
+async def test_a_429_pauses_everyone_as_long_as_told(hint: RateHint, wait: float) -> None:
+    """A 429 holds every caller for its Retry-After, else until its reset, up to max_pause."""
+    time = FakeTime()
+    limiter = limiter_on(time, 100, max_pause=60.0)
+    slot = await limiter.acquire()
+    limiter.sent(slot)
+    limiter.answered(slot, status=429, hint=hint)
+    assert await starts_of(limiter, time, 3) == [wait] * 3
+
+
+@bounded
+async def test_a_429_saying_nothing_backs_off_longer_each_time() -> None:
+    """429s naming no wait pause everyone for a backoff that doubles per 429 in a row, up
+    to its cap, and is never zero (rand() = 0 halves it); a success starts it over."""
+    time = FakeTime()
+    limiter = limiter_on(time, 100, backoff_base=0.5, backoff_cap=2.0, rand=lambda: 0.0)
+    pauses: list[float] = []
+    slot = await limiter.acquire()
+    for status in (429, 429, 429, 429, 429, 200, 429):
+        limiter.sent(slot)
+        answered_at = time.now
+        limiter.answered(slot, status=status, hint=RateHint())
+        slot = await limiter.acquire()
+        pauses.append(time.now - answered_at)
+    assert pauses == [0.25, 0.5, 1.0, 1.0, 1.0, 0.0, 0.25]
+
+
+# -- discovery, while no rate is known ------------------------------------------------
+
+
+@bounded
 async def test_probing_lets_one_call_out_until_the_service_has_answered() -> None:
     """No rate known yet: the second call waits for the first answer, then the rate it
-    announced applies to everyone."""
-    time = FakeTime()
-    limiter = RateLimiter(probe=True, probe_timeout=30, clock=time.clock, sleep=time.sleep)
-    await limiter.acquire()
+    announced applies to everyone. Learning nothing (None) changes nothing."""
+    time = ManualTime()
+    limiter = limiter_on(time, probe=True, probe_timeout=30)
+    probe = await limiter.acquire()
+    limiter.sent(probe)
     second = asyncio.create_task(limiter.acquire())
-    await asyncio.sleep(0.01)
+    await settle()
+    limiter.learn(None)
+    await settle()
     assert not second.done()
-    limiter.learn(2)
-    await asyncio.wait_for(second, 1)
-    assert limiter.rate == 2
+    assert limiter.phase == "probing"
+    limiter.answered(probe, status=200, hint=RateHint(limit=2, remaining=1))
+    await second
+    assert (limiter.rate, limiter.phase) == (2, "known")
 
 
-async def test_a_probe_with_no_answer_lets_the_next_call_go_after_the_timeout() -> None:
-    limiter = RateLimiter(probe=True, probe_timeout=0.05)
-    await limiter.acquire()  # its call never answers (a connection error, say)
-    await asyncio.wait_for(limiter.acquire(), 1)
+@bounded
+async def test_an_answer_announcing_no_limit_starts_a_slow_start() -> None:
+    """The service answers the probe without any limit header: pacing ramps from
+    ramp_start calls a second, it does not stop."""
+    time = FakeTime()
+    limiter = limiter_on(time, probe=True, ramp_start=2, headroom=0)
+    starts = await paced(limiter, time, [200] * 3)
+    assert limiter.phase == "ramping"
+    assert limiter.rate is None
+    assert starts == [0.0, 0.0, 1.0]
+
+
+@bounded
+async def test_a_failed_probe_lets_the_next_probe_go() -> None:
+    """A 503 to the probe says nothing about the limit: still probing, and the next call
+    is the next probe, at once."""
+    time = ManualTime()
+    limiter = limiter_on(time, probe=True, probe_timeout=30)
+    probe = await limiter.acquire()
+    limiter.sent(probe)
+    limiter.answered(probe, status=503, hint=RateHint())
+    assert limiter.phase == "probing"
+    assert (await limiter.acquire()).at == 0.0
+
+
+@bounded
+async def test_a_probe_with_no_answer_lets_exactly_one_more_go_after_the_timeout() -> None:
+    """A probe that hangs lets one more call go after probe_timeout, which is then the
+    probe: a hung connection delays discovery but never lets a burst through."""
+    time = ManualTime()
+    limiter = limiter_on(time, probe=True, probe_timeout=2.0, headroom=0)
+    limiter.sent(await limiter.acquire())  # its answer never comes
+    second = asyncio.create_task(limiter.acquire())
+    await time.advance_to(1.5)
+    assert not second.done()
+    await time.advance_to(2.0)
+    probe = await second
+    assert probe.at == 2.0
+    limiter.sent(probe)
     third = asyncio.create_task(limiter.acquire())
-    await asyncio.sleep(0.01)
-    assert not third.done()  # still probing: the second call is now the probe
-    limiter.learn(None)  # an answer with no limit: no limit, no more probing
-    await asyncio.wait_for(third, 1)
-    await asyncio.wait_for(limiter.acquire(), 1)
+    await time.advance_to(3.5)
+    assert not third.done()  # the timeout counts from the second probe
+    limiter.answered(probe, status=200, hint=RateHint())
+    assert (await third).at == 3.5
+    assert limiter.phase == "ramping"
+
+
+@bounded
+async def test_a_429_announcing_a_limit_ends_discovery() -> None:
+    """A 429 to the probe that names the limit: the rate is known, and everyone waits."""
+    time = FakeTime()
+    limiter = limiter_on(time, probe=True, headroom=0)
+    probe = await limiter.acquire()
+    limiter.sent(probe)
+    limiter.answered(probe, status=429, hint=RateHint(limit=3, retry_after=1.0))
+    assert (limiter.rate, limiter.phase) == (3, "known")
+    assert await starts_of(limiter, time, 4) == [1.0, 1.0, 1.0, 2.0]
+
+
+@bounded
+async def test_the_ramp_doubles_while_used_and_halves_on_a_429_naming_no_limit() -> None:
+    """Ramping from 2/s, each second fully used doubles the pace (2, 4, 8). A header-less
+    429 (the last call at 8/s) pauses everyone for the backoff and halves the pace to 4,
+    which from then on grows by a quarter a second (5, then 6.25)."""
+    time = FakeTime()
+    limiter = limiter_on(time, probe=True, ramp_start=2, headroom=0, rand=lambda: 0.0)
+    statuses = [200] * 13 + [429] + [200] * 15
+    starts = await paced(limiter, time, statuses)
+    assert per_second(starts) == [2, 4, 8, 4, 5, 6]
+    assert starts[14] == 3.0  # the backoff (0.25 s) ended at 2.25, the window at 3
+    assert limiter.phase == "ramping"
+
+
+@bounded
+async def test_the_ramp_stops_limiting_past_its_ceiling() -> None:
+    """No sign of a limit up to ramp_ceiling: the limiter stops limiting."""
+    time = FakeTime()
+    limiter = limiter_on(time, probe=True, ramp_start=2, ramp_ceiling=4, headroom=0)
+    starts = await paced(limiter, time, [200] * 10)
+    assert starts == [0.0, 0.0] + [1.0] * 8
+    assert limiter.phase == "unlimited"
+
+
+@bounded
+async def test_a_slot_is_what_acquire_reserves() -> None:
+    """`acquire` hands out a pending slot at the time it was let go; `sent` moves it."""
+    time = ManualTime()
+    limiter = limiter_on(time, 10)
+    slot = await limiter.acquire()
+    assert isinstance(slot, Slot)
+    assert (slot.at, slot.pending) == (0.0, True)
+    await time.advance_to(0.5)
+    limiter.sent(slot)
+    assert (slot.at, slot.pending) == (0.5, False)

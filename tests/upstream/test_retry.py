@@ -6,12 +6,24 @@ import httpx
 import pytest
 
 from daemon.upstream.errors import (
+    BadRequest,
+    CircuitOpen,
     ConnectionFailed,
+    CorruptResponse,
+    InvalidResponse,
+    NotFound,
+    RateLimited,
+    RequestTimeout,
+    ServerError,
     ServiceError,
     Timeout,
+    TransportError,
+    Unauthorized,
     error_from_response,
     from_httpx,
+    is_transient,
     server_wait,
+    surely_not_carried_out,
 )
 from daemon.upstream.retry import RetryPolicy
 
@@ -32,8 +44,12 @@ def refused(status: int, **headers: str) -> ServiceError:
     return error
 
 
-def failure(exc: type[httpx.TransportError]) -> ServiceError:
+def failure(exc: type[httpx.RequestError]) -> ServiceError:
     return from_httpx(exc("boom", request=REQUEST), operation="resume")
+
+
+# Held back by the resume's circuit breaker: nothing was sent.
+HELD_BACK = CircuitOpen("circuit open", operation="resume", retry_at=12.0)
 
 
 # (what happened, idempotent call?, expected wait before attempt 2 or None for "give up")
@@ -54,25 +70,35 @@ TABLE = [
         True,
         3.0,
     ),
-    ("429 with neither", refused(429), True, 0.5),  # never under base_delay
-    ("429 with Retry-After 0", refused(429, **{"Retry-After": "0"}), True, 0.5),
+    # No usable wait named: base_delay plus the jittered backoff (0.25), never a hot loop.
+    ("429 with neither", refused(429), True, 0.75),
+    ("429 with Retry-After 0", refused(429, **{"Retry-After": "0"}), True, 0.75),
     (
         "429 with a reset already past",
         refused(429, **{"Burst-RateLimit-Reset": str(int(NOW) - 9)}),
         True,
-        0.5,
+        0.75,
     ),
-    ("429 on the token reset", refused(429), False, 0.5),
+    ("429 on the token reset", refused(429), False, 0.75),
     ("500", refused(500), True, 0.25),
     ("502", refused(502), True, 0.25),
     ("503", refused(503), True, 0.25),
     ("503 on the token reset", refused(503), False, None),
+    ("503 with Retry-After", refused(503, **{"Retry-After": "4"}), True, 4.0),
+    ("503 with Retry-After under the backoff", refused(503, **{"Retry-After": "0.1"}), True, 0.25),
+    ("503 with Retry-After on the token reset", refused(503, **{"Retry-After": "4"}), False, None),
+    ("408 request timeout", refused(408), True, 0.25),
+    ("408 on the token reset", refused(408), False, None),
     ("read timeout", failure(httpx.ReadTimeout), True, 0.25),
     ("read timeout on the token reset", failure(httpx.ReadTimeout), False, None),
     ("connect timeout on the token reset", failure(httpx.ConnectTimeout), False, 0.25),
     ("connection reset", failure(httpx.ReadError), True, 0.25),
     ("connection dropped mid-response", failure(httpx.RemoteProtocolError), True, 0.25),
     ("connection refused on the token reset", failure(httpx.ConnectError), False, 0.25),
+    ("corrupt answer", failure(httpx.DecodingError), True, 0.25),
+    ("corrupt answer on the token reset", failure(httpx.DecodingError), False, None),
+    ("circuit open", HELD_BACK, True, None),
+    ("circuit open on the token reset", HELD_BACK, False, None),
 ]
 
 
@@ -98,6 +124,51 @@ def test_transport_errors_are_typed() -> None:
     assert isinstance(failure(httpx.ReadError), ConnectionFailed)
     assert failure(httpx.ConnectError).request_sent is False
     assert failure(httpx.ReadTimeout).request_sent is True
+
+
+def test_answers_and_failures_are_typed() -> None:
+    """A 408 is RequestTimeout; an answer that does not decode is CorruptResponse, "decode",
+    sent; CircuitOpen is a transport error that was never sent."""
+    assert isinstance(refused(408), RequestTimeout)
+    corrupt = failure(httpx.DecodingError)
+    assert isinstance(corrupt, CorruptResponse)
+    assert isinstance(corrupt, TransportError)
+    assert (corrupt.reason, corrupt.request_sent) == ("decode", True)
+    assert isinstance(HELD_BACK, TransportError)
+    assert (HELD_BACK.reason, HELD_BACK.request_sent, HELD_BACK.retry_at) == (
+        "circuit_open",
+        False,
+        12.0,
+    )
+
+
+# (error, will a later try do better?, surely not carried out?)
+CLASSES = [
+    ("400", BadRequest("x", status=400), False, True),
+    ("401", Unauthorized("x", status=401), False, True),
+    ("404", NotFound("x", status=404), False, True),
+    ("408", RequestTimeout("x", status=408), True, False),
+    ("429", RateLimited("x"), True, True),
+    ("503", ServerError("x", status=503), True, False),
+    ("invalid answer", InvalidResponse("x"), False, False),
+    ("read timeout", failure(httpx.ReadTimeout), True, False),
+    ("connect refused", failure(httpx.ConnectError), True, True),
+    ("corrupt answer", failure(httpx.DecodingError), True, False),
+    ("circuit open", HELD_BACK, True, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("error", "transient", "not_carried_out"),
+    [row[1:] for row in CLASSES],
+    ids=[row[0] for row in CLASSES],
+)
+def test_errors_are_classified_once(
+    error: ServiceError, transient: bool, not_carried_out: bool
+) -> None:
+    """The two questions the pipeline asks of any error: retry later, and did it act?"""
+    assert is_transient(error) is transient
+    assert surely_not_carried_out(error) is not_carried_out
 
 
 def test_backoff_ceiling_doubles_up_to_the_cap() -> None:

@@ -1,0 +1,95 @@
+"""Every long-lived background task runs here: a crash is logged, counted and restarted.
+
+A worker that dies of an exception nobody foresaw (a library error that escaped its
+translation, a bug) must not leave the daemon looking healthy while nothing is fetched
+or sent any more. The supervisor restarts it with backoff (never a hot loop), counts the
+crash in `recoveryd_task_crashes_total{task}`, and reports the task as down to readiness
+until it runs again (STYLE.md 13, after Kubernetes' controllers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from daemon.metrics import Metrics
+
+log = structlog.get_logger(__name__)
+
+Work = Callable[[], Coroutine[Any, Any, None]]
+
+
+class Supervisor:
+    """Runs tasks under supervision. `work()` is called again after a crash, so it must
+    start from what the store says (every stage does: its state is in the store).
+
+    A task whose `work()` returns has finished and is not restarted. A crash waits
+    `base * 2**(crashes-1)` seconds (jittered, at most `cap`) before the restart; a task
+    that ran `healthy_after` seconds without crashing starts its count again.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics | None = None,
+        *,
+        base: float = 0.5,
+        cap: float = 30.0,
+        healthy_after: float = 60.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._metrics = metrics
+        self._base = base
+        self._cap = cap
+        self._healthy_after = healthy_after
+        self._sleep = sleep
+        self._clock = clock
+        self._rand = rand
+        self._down: dict[str, str] = {}  # task name -> why it is down, while it is
+
+    def spawn(self, name: str, work: Work, *, required: bool = True) -> asyncio.Task[None]:
+        """Start `work` under supervision. While a `required` task is down after a crash,
+        `problems()` names it (and `/readyz` fails)."""
+        return asyncio.create_task(self._supervise(name, work, required), name=f"recoveryd-{name}")
+
+    def problems(self) -> list[str]:
+        """Why the daemon is not ready on account of its tasks; empty when all run."""
+        return [f"task {name} is down: {why}" for name, why in sorted(self._down.items())]
+
+    async def _supervise(self, name: str, work: Work, required: bool) -> None:
+        crashes = 0
+        while True:
+            started = self._clock()
+            try:
+                await work()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._clock() - started >= self._healthy_after:
+                    crashes = 0
+                crashes += 1
+                delay = min(self._cap, self._base * 2 ** (crashes - 1)) * (0.5 + self._rand() / 2)
+                if self._metrics is not None:
+                    self._metrics.task_crashes.labels(name).inc()
+                log.error(
+                    "task crashed; restarting it",
+                    task=name,
+                    error_type=type(exc).__name__,
+                    error=str(exc)[:300],
+                    crashes=crashes,
+                    in_seconds=round(delay, 3),
+                    exc_info=exc,
+                )
+                if required:
+                    self._down[name] = f"{type(exc).__name__}, restarting in {delay:.1f}s"
+                try:
+                    await self._sleep(delay)
+                finally:
+                    self._down.pop(name, None)

@@ -1,0 +1,88 @@
+"""The supervisor: a crashed task is logged once, counted, restarted with backoff, and
+reported down to readiness until it runs again."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from daemon.metrics import Metrics
+from daemon.supervisor import Supervisor
+
+
+async def test_a_crashed_task_is_restarted_and_counted() -> None:
+    """Two crashes, then the work finishes: three runs, two crashes counted and logged
+    with their type, and the waits between them grow."""
+    metrics = Metrics(CollectorRegistry())
+    waits: list[float] = []
+    runs = 0
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    async def work() -> None:
+        nonlocal runs
+        runs += 1
+        if runs < 3:
+            raise ValueError(f"boom {runs}")
+
+    supervisor = Supervisor(metrics, base=1.0, sleep=sleep, rand=lambda: 1.0)
+    with capture_logs() as logs:
+        await supervisor.spawn("fetch-1", work)
+    assert runs == 3
+    assert waits == [1.0, 2.0]
+    crashes = [line for line in logs if line["event"] == "task crashed; restarting it"]
+    assert [(line["task"], line["error_type"]) for line in crashes] == [
+        ("fetch-1", "ValueError")
+    ] * 2
+    sample = metrics.registry.get_sample_value("recoveryd_task_crashes_total", {"task": "fetch-1"})
+    assert sample == 2
+
+
+async def test_a_task_is_reported_down_until_it_runs_again() -> None:
+    """While a required task waits for its restart, problems() names it; then it clears."""
+    release = asyncio.Event()
+    crashed = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        crashed.set()
+        await release.wait()
+
+    calls = 0
+
+    async def work() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("escaped")
+        await asyncio.Event().wait()  # runs for ever
+
+    supervisor = Supervisor(sleep=sleep)
+    task = supervisor.spawn("batcher", work)
+    await crashed.wait()
+    assert supervisor.problems() == [supervisor.problems()[0]]
+    assert supervisor.problems()[0].startswith("task batcher is down: RuntimeError")
+    release.set()
+    await asyncio.sleep(0)
+    assert supervisor.problems() == []
+    task.cancel()
+
+
+async def test_an_optional_task_never_fails_readiness() -> None:
+    """A crash of a task spawned with required=False is counted but not reported down."""
+    crashed = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        crashed.set()
+        await asyncio.Event().wait()
+
+    async def work() -> None:
+        raise OSError("disk")
+
+    supervisor = Supervisor(sleep=sleep)
+    task = supervisor.spawn("retention", work, required=False)
+    await crashed.wait()
+    assert supervisor.problems() == []
+    task.cancel()
