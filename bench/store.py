@@ -58,6 +58,7 @@ class Options:
     callers: int
     rounds: int
     folder: Path | None
+    prune_chunk: int | None = None  # None: the store's default
 
 
 @dataclass
@@ -243,14 +244,18 @@ async def prune_pass(store: SQLiteStore, options: Options, ids: Ids) -> None:
     size_before = await store.size_bytes()
     now = time.time()
     started = time.perf_counter()
-    pruning = asyncio.create_task(store.prune(before=now - RETENTION, now=now, dedup_for=30 * DAY))
+    chunk = {"chunk": options.prune_chunk} if options.prune_chunk else {}
+    pruning = asyncio.create_task(
+        store.prune(before=now - RETENTION, now=now, dedup_for=30 * DAY, **chunk)
+    )
     during: list[float] = []
     while not pruning.done():
         during += await ingest(store, options.callers * 10, options.callers, ids)
     pruned = await pruning
     seconds = time.perf_counter() - started
     size_after = await store.size_bytes()
-    print(f"\npruning pass (retention {RETENTION / DAY:.0f} days, half the final records older):")
+    print(f"\npruning pass (retention {RETENTION / DAY:.0f} days, half the final records older, "
+          f"{options.prune_chunk or 'default'} records a transaction):")  # fmt: skip
     print(f"  {pruned:,} records pruned in {seconds:.1f} s ({pruned / seconds:,.0f}/s)")
     print(f"  size before {size_before / 2**20:,.0f} MiB, after {size_after / 2**20:,.0f} MiB")
     if during:
@@ -336,8 +341,11 @@ def parse(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--callers", type=positive_int, default=32)
     parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument("--dir", type=Path, help="where the stores go (a temporary folder)")
+    parser.add_argument("--prune-chunk", type=positive_int, default=None,
+                        help="records a pruning transaction (the store's default)")  # fmt: skip
     args = parser.parse_args(argv)
-    return Options(args.records, args.pending, args.ingest, args.callers, args.rounds, args.dir)
+    return Options(args.records, args.pending, args.ingest, args.callers, args.rounds, args.dir,
+                   args.prune_chunk)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -102,7 +102,7 @@ async def running(
         )  # fmt: skip
         retention = Retention(
             store, metrics, keep=settings.RETENTION, dlq_retention=rotator.dlq_retention,
-            wall_clock=wall_clock,
+            budget_window=lambda: rules.current.longest_budget_window(), wall_clock=wall_clock,
         )  # fmt: skip
         verifier = None
         if settings.signing_keys:

@@ -13,14 +13,20 @@ import structlog
 _FOLDED_LEVELS = frozenset({"warning", "error", "critical"})
 
 
+# What makes two warnings "the same" for folding.
+_KIND = ("event", "task", "problem", "operation")
+
+
 class RepeatFilter:
     """Folds repeated warnings and errors into one line a `window` with a count.
 
     When the service is down or the disk is full, the same failure happens for every
     dlqId and every commit: tens of thousands of identical lines that bury the first
-    one and fill the disk further. The first line of a kind (same level, event and
-    task) in each window is written; the rest are counted, and the next one written
-    says how many were left out (`repeated`). Info and debug lines pass untouched.
+    one and fill the disk further. The first line of a kind (same level, event, task,
+    and `problem` or `operation` when it names one: each store problem and each
+    circuit is news of its own) in each window is written; the rest are counted, and
+    the next one written says how many were left out (`repeated`). Info and debug
+    lines pass untouched.
     """
 
     def __init__(self, window: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -34,7 +40,7 @@ class RepeatFilter:
         level = event.get("level", method_name)
         if level not in _FOLDED_LEVELS:
             return event
-        kind = (level, event.get("event"), event.get("task"))
+        kind = (level, *(event.get(key) for key in _KIND))
         now = self._clock()
         seen = self._seen.get(kind)
         if seen is not None and now - seen[0] < self._window:

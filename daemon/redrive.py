@@ -58,8 +58,10 @@ class RedriveFilter(BaseModel):
         """The filter in an admin request; RedriveError naming the field otherwise."""
         if not isinstance(data, dict):
             raise RedriveError('the body must be a JSON object, e.g. {"states": ["failed"]}')
-        if isinstance(data.get("state"), str):  # the command's --state, as one value
-            data = {**{k: v for k, v in data.items() if k != "state"}, "states": [data["state"]]}
+        if "state" in data and "states" not in data:  # the command's --state, one or more
+            data = {key: value for key, value in data.items() if key != "state"} | {
+                "states": [data["state"]] if isinstance(data["state"], str) else data["state"]
+            }
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

@@ -35,17 +35,21 @@ class Retention:
         *,
         keep: float,
         dlq_retention: Callable[[], float | None],
+        budget_window: Callable[[], float] = lambda: 0.0,
         every: float = 600.0,
         first: float = 60.0,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         """`keep` is RECOVERYD_RETENTION in seconds; `dlq_retention()` the account's DLQ
-        retention in seconds, when the service has told it."""
+        retention in seconds, when the service has told it; `budget_window()` the longest
+        budget window of the rules in force: records younger than it are kept, however
+        short `keep` is, or a budget would forget the recoveries it counts."""
         self._store = store
         self._metrics = metrics
         self._keep = keep
         self._dlq_retention = dlq_retention
+        self._budget_window = budget_window
         self._every = every
         self._first = first
         self._wall_clock = wall_clock
@@ -61,14 +65,15 @@ class Retention:
     async def prune_once(self) -> int:
         """One pruning pass; how many records it deleted (0 when the store is down)."""
         now = self._wall_clock()
-        dedup_for = max(MIN_DEDUP_SECONDS, self._dlq_retention() or 0.0, self._keep)
+        keep = max(self._keep, self._budget_window())
+        dedup_for = max(MIN_DEDUP_SECONDS, self._dlq_retention() or 0.0, keep)
         try:
-            pruned = await self._store.prune(before=now - self._keep, now=now, dedup_for=dedup_for)
+            pruned = await self._store.prune(before=now - keep, now=now, dedup_for=dedup_for)
         except StoreUnavailable as exc:
             log.warning("retention: store unavailable; pruning later", error=str(exc))
             return 0
         self._metrics.pruned.inc(pruned)
         if pruned:
             log.info("retention: pruned final records", records=pruned,
-                     older_than_seconds=self._keep)  # fmt: skip
+                     older_than_seconds=keep)  # fmt: skip
         return pruned

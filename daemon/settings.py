@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -47,8 +46,9 @@ class SettingsError(ValueError):
 
 def _base_url(value: str) -> str:
     # User info in the URL would make httpx send basic auth instead of the bearer token
-    # (the service refuses it), and print the password wherever the URL is logged.
-    if "@" in urlsplit(value).netloc:
+    # (the service refuses it), and print the password wherever the URL is logged. Any
+    # `@`: a password holding `/`, `?` or `#` ends the URL's netloc before its `@`.
+    if "@" in value:
         raise ValueError(
             "must not carry a user or password (the token goes in RECOVERYD_TOKEN); "
             f"got {without_credentials(value)!r}"

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-_USERINFO = re.compile(r"[^/@\s]+@")
+# From after the scheme (or the start) to the last `@`: a password may hold `/`, `?`, `#`
+# and `@` itself, so nothing shorter is sure to cover it. It hides more, never less.
+_USERINFO = re.compile(r"^([a-zA-Z][\w+.-]*://)?.*@", re.DOTALL)
 
 
 def without_credentials(url: str) -> str:
     """`url` safe to show in an error, even when it does not parse: whatever stands before
-    an `@` (user and password) is replaced by ***."""
-    return _USERINFO.sub("***@", url)
+    its last `@` (user and password) is replaced by ***."""
+    return _USERINFO.sub(lambda found: f"{found.group(1) or ''}***@", url)
 
 
 def http_url(value: str) -> str:

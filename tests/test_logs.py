@@ -44,3 +44,13 @@ def test_different_tasks_are_different_kinds() -> None:
     assert _run(repeat, level="error", event="task crashed", task="fetch-1")
     assert _run(repeat, level="error", event="task crashed", task="batcher")
     assert _run(repeat, level="error", event="task crashed", task="fetch-1") is None
+
+
+def test_each_store_problem_and_each_circuit_is_news_of_its_own() -> None:
+    """Two store problems found in one check, or two circuits opening, are two lines."""
+    repeat = RepeatFilter(clock=lambda: 0.0)
+    assert _run(repeat, level="error", event="store problem", problem="database")
+    assert _run(repeat, level="error", event="store problem", problem="wal")
+    assert _run(repeat, level="warning", event="circuit open", operation="resume")
+    assert _run(repeat, level="warning", event="circuit open", operation="restart")
+    assert _run(repeat, level="warning", event="circuit open", operation="resume") is None

@@ -77,3 +77,18 @@ async def test_a_store_in_trouble_postpones_the_pass(tmp_path: Path) -> None:
                 await asyncio.sleep(0.05)
         assert await retention(store, registry, keep=7 * DAY).prune_once() == 0
         assert registry.get_sample_value("recoveryd_pruned_records_total") == 0
+
+
+async def test_records_a_budget_still_counts_are_kept_past_the_retention(tmp_path: Path) -> None:
+    """A rule's budget counts recoveries over 30 days: with a retention of 7 days, a
+    recovery 8 days old is kept (it still counts), one 31 days old is pruned."""
+    async with SQLiteStore.open(tmp_path / "s.db") as store:
+        await done(store, ["in-window"], now=NOW - 8 * DAY)
+        await done(store, ["past-window"], now=NOW - 31 * DAY)
+        task = Retention(
+            store, Metrics(CollectorRegistry()), keep=7 * DAY, dlq_retention=lambda: None,
+            budget_window=lambda: 30 * DAY, wall_clock=lambda: NOW,
+        )  # fmt: skip
+        assert await task.prune_once() == 1
+        assert await store.record("in-window") is not None
+        assert await store.record("past-window") is None

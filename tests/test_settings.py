@@ -262,10 +262,14 @@ def test_credentials_in_a_url_that_does_not_parse_are_not_shown() -> None:
 
 
 @pytest.mark.parametrize("name", ["SERVICE_URL", "ACCOUNT_URL"])
-def test_a_service_url_with_user_info_is_refused_without_showing_it(name: str) -> None:
+@pytest.mark.parametrize("password", [PASSWORD, f"a/b?c#d@{PASSWORD}"])
+def test_a_service_url_with_user_info_is_refused_without_showing_it(
+    name: str, password: str
+) -> None:
     """User info in a service URL would replace the bearer token with basic auth and put
-    the password in logs: the start stops, and the password is not echoed."""
-    message = error_for(environ(**{name: f"https://ops:{PASSWORD}@qstash.example.com"}))
+    the password in logs: the start stops, and the password is not echoed, even one
+    holding the characters that end a URL's host part."""
+    message = error_for(environ(**{name: f"https://ops:{password}@qstash.example.com"}))
     assert message.startswith(f"RECOVERYD_{name}: must not carry a user or password")
     assert PASSWORD not in message
     assert "***@qstash.example.com" in message

@@ -7,12 +7,15 @@ formed, marked as sending right before its call goes out, and settled after it. 
 failed call becomes depends on what the service may have done:
 
 * refused (429, 401/403, connection refused, circuit open): surely not carried out; the
-  dlqIds go out again after a backoff and the call is not counted as a send;
-* rejected (another 4xx): final, the dlqIds are `failed` (a redrive can retry them);
-* unknown (a 5xx, a lost or corrupt answer, a crash after the mark): nothing is sent
-  again blind. Each dlqId is looked up with a GET, retried with backoff for as long as
-  the service cannot answer: one that left the DLQ was recovered (`done`), one still
-  there goes out again. A service that is down never makes a dlqId `failed`.
+  same batch's call is made again after a growing backoff (at most `retry_cap`), and a
+  refused call is not counted as a send;
+* rejected (another 4xx but 404): final, the dlqIds are `failed` (a redrive can retry
+  them);
+* unknown (a 5xx, a 404, a lost or corrupt answer, any attempt or page of the call that
+  may have acted, a crash after the mark): nothing is sent again blind. Each dlqId is
+  looked up with a GET, retried with backoff for as long as the service cannot answer:
+  one that left the DLQ was recovered (`done`), one still there goes out again. A
+  service that is down never makes a dlqId `failed`.
 
 A batch found unsettled at start whose call was never marked as sending goes straight
 back to `decided`: its call surely never left.
@@ -40,6 +43,7 @@ from daemon.supervisor import Supervisor
 from daemon.upstream import (
     MAX_BULK,
     BulkAction,
+    InvalidResponse,
     NotFound,
     Overrides,
     ServiceClient,
@@ -49,6 +53,24 @@ from daemon.upstream.errors import surely_not_carried_out
 
 log = structlog.get_logger(__name__)
 Key = tuple[str, str]  # action, overrides (canonical JSON)
+
+
+@dataclass
+class _Answer:
+    """What one bulk call (every page of it) came to."""
+
+    runs: list[dict[str, Any]]
+    error: ServiceError | None
+    pages: int  # pages the service answered before the error, if any
+    calls: list[dict[str, Any]]
+
+    @property
+    def may_have_acted(self) -> bool:
+        """Failed, but the service may have acted on some of the dlqIds all the same."""
+        error = self.error
+        if error is None:
+            return False
+        return self.pages > 0 or isinstance(error, NotFound) or not surely_not_carried_out(error)
 
 
 @dataclass
@@ -78,6 +100,7 @@ class Batcher:
         supervisor: Supervisor | None = None,
         retry_base: float = 5.0,
         retry_cap: float = 60.0,
+        check_tries: int = 5,
         senders: int = 4,
         housekeeping: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
@@ -86,8 +109,11 @@ class Batcher:
     ) -> None:
         """`policy_of(rule name)` is the batch policy of a rule in force. A batch whose
         call failed is looked at again after `retry_base` * 2**(sends-1) seconds, at most
-        `retry_cap`, jittered. Every `housekeeping` seconds, batches and decided dlqIds
-        this process does not hold (a store error came between two steps) are taken up."""
+        `retry_cap`, jittered; a refused call is made again the same way. The GETs that
+        check a call's outcome are retried for as long as the service cannot answer, but
+        after `check_tries` rounds of final answers (a 400) those dlqIds are `failed`.
+        Every `housekeeping` seconds, batches and decided dlqIds this process does not
+        hold (a store error came between two steps) are taken up."""
         self._store = store
         self._client = client
         self._metrics = metrics
@@ -95,6 +121,7 @@ class Batcher:
         self._supervisor = supervisor or Supervisor(metrics)
         self._retry_base = retry_base
         self._retry_cap = retry_cap
+        self._check_tries = check_tries
         self._senders = asyncio.Semaphore(senders)
         self._housekeeping = housekeeping
         self._clock = clock
@@ -102,7 +129,6 @@ class Batcher:
         self._rand = rand
         self._groups: dict[Key, _Group] = {}
         self._held: set[str] = set()  # dlqIds in a group or in a batch of this process
-        self._rule_of: dict[str, str] = {}  # the rule that decided each held dlqId
         self._batches: set[int] = set()  # batches this process is sending or checking
         self._tasks: set[asyncio.Task[None]] = set()
         self._wakeup = asyncio.Event()
@@ -114,8 +140,7 @@ class Batcher:
         for item in pending:
             if item.dlq_id in self._held:
                 continue
-            rule = item.rule or self._rule_of.get(item.dlq_id, "")
-            policy = self._policy_of(rule)
+            policy = self._policy_of(item.rule)
             key = (item.action, item.overrides)
             group = self._groups.get(key)
             if group is None:
@@ -126,8 +151,6 @@ class Batcher:
             group.max_wait = min(group.max_wait, policy.max_wait)
             group.dlq_ids.append(item.dlq_id)
             self._held.add(item.dlq_id)
-            if rule:
-                self._rule_of[item.dlq_id] = rule
         self._wakeup.set()
 
     @contextlib.asynccontextmanager
@@ -219,8 +242,8 @@ class Batcher:
             if record.sent_at is None:
                 log.info("a batch whose call never went out goes back to its queue",
                          batch=record.id, dlq_ids=len(record.dlq_ids))  # fmt: skip
-                work = self._again(record, record.dlq_ids, "its call never went out",
-                                   (), sent=False, wait=False)  # fmt: skip
+                work = self._again(record, record.dlq_ids, "its call never went out", (),
+                                   sent=False)  # fmt: skip
             else:
                 log.info("checking a batch whose call was not settled", batch=record.id,
                          dlq_ids=len(record.dlq_ids))  # fmt: skip
@@ -235,8 +258,6 @@ class Batcher:
     def _release(self, record: BatchRecord) -> None:
         self._batches.discard(record.id)
         self._held.difference_update(record.dlq_ids)
-        for dlq_id in record.dlq_ids:
-            self._rule_of.pop(dlq_id, None)
 
     async def _flush(self, action: str, overrides: str, dlq_ids: list[str]) -> None:
         try:
@@ -249,52 +270,76 @@ class Batcher:
         self._held.difference_update(set(dlq_ids) - set(record.dlq_ids if record else ()))
         if record is not None:
             self._batches.add(record.id)
-            await self._send(record)
+            try:
+                await self._send(record)
+            except Exception:
+                # Left unsettled in the store: housekeeping must see it as nobody's.
+                self._batches.discard(record.id)
+                raise
 
     async def _send(self, record: BatchRecord) -> None:
         overrides = Overrides.model_validate_json(record.overrides)
-        async with self._senders:
-            if not await self._service_answers(record.action):
-                return  # stopping: the batch was never marked, the next start re-queues it
-            try:
-                await self._store.mark_sending(record.id, self._wall_clock())
-            except StoreUnavailable as exc:
-                log.warning("batch not marked as sending; will try again", batch=record.id,
-                            error=str(exc))  # fmt: skip
-                self._batches.discard(record.id)  # housekeeping puts it back in the queue
-                return
-            with recording() as calls:
-                runs: list[dict[str, Any]] = []
-                try:
-                    action = cast(BulkAction, record.action)  # only recoveries are batched
-                    async for page in self._client.bulk_pages(
-                        action, dlq_ids=record.dlq_ids, overrides=overrides
-                    ):
-                        runs += [run.model_dump(by_alias=True) for run in page.workflow_runs]
-                except ServiceError as exc:
-                    error: ServiceError | None = exc
-                else:
-                    error = None
+        calls: list[dict[str, Any]] = []
+        refusals = 0
+        while True:
+            async with self._senders:
+                if not await self._service_answers(record.action):
+                    return  # stopping: the next start checks or re-queues the batch
+                if not refusals and not await self._mark_sending(record):
+                    return
+                answer = await self._call(record, overrides)
+            calls += answer.calls
+            error = answer.error
+            if error is None or answer.may_have_acted or is_final_for(error):
+                break
+            # Refused before the service acted: the same call again, later. Not a new
+            # batch each time: a refusal that lasts must not grow the store.
+            refusals += 1
+            delay = backoff(refusals, self._retry_base, self._retry_cap, self._rand)
+            log.warning("batch call refused; sending it again", batch=record.id,
+                        error=str(error), in_seconds=round(delay, 3))  # fmt: skip
+            await asyncio.sleep(delay)
         if error is None:
-            await self._settle(record, sent=True, done=record.dlq_ids, runs=runs, calls=calls)
+            await self._settle(
+                record, sent=True, done=record.dlq_ids, runs=answer.runs, calls=calls
+            )
             self._metrics.batch_size.observe(len(record.dlq_ids))
             self._metrics.recovered.labels(record.action).inc(len(record.dlq_ids))
-            log.info(
-                "batch sent",
-                batch=record.id,
-                action=record.action,
-                dlq_ids=len(record.dlq_ids),
-                runs=len(runs),
-            )
-        elif not surely_not_carried_out(error):
+            log.info("batch sent", batch=record.id, action=record.action,
+                     dlq_ids=len(record.dlq_ids), runs=len(answer.runs))  # fmt: skip
+        elif answer.may_have_acted:
             await self._check(record, f"the call failed: {error}", calls)
-        elif is_final_for(error):
+        else:
             reason = f"the service rejected the call: {error}"
             log.error("batch rejected", batch=record.id, reason=reason)
             await self._settle(record, sent=True, failed=record.dlq_ids, reason=reason, calls=calls)
-        else:
-            reason = f"the service refused the call: {error}"
-            await self._again(record, record.dlq_ids, reason, calls, sent=False)
+
+    async def _mark_sending(self, record: BatchRecord) -> bool:
+        try:
+            await self._store.mark_sending(record.id, self._wall_clock())
+        except StoreUnavailable as exc:
+            log.warning("batch not marked as sending; will try again", batch=record.id,
+                        error=str(exc))  # fmt: skip
+            self._batches.discard(record.id)  # housekeeping puts it back in the queue
+            return False
+        return True
+
+    async def _call(self, record: BatchRecord, overrides: Overrides) -> _Answer:
+        """The batch's bulk call, every page of it."""
+        runs: list[dict[str, Any]] = []
+        pages = 0
+        error: ServiceError | None = None
+        with recording() as calls:
+            try:
+                action = cast(BulkAction, record.action)  # only recoveries are batched
+                async for page in self._client.bulk_pages(
+                    action, dlq_ids=record.dlq_ids, overrides=overrides
+                ):
+                    pages += 1
+                    runs += [run.model_dump(by_alias=True) for run in page.workflow_runs]
+            except ServiceError as exc:
+                error = exc
+        return _Answer(runs, error, pages, list(calls))
 
     async def _service_answers(self, action: str) -> bool:
         """Wait while the client holds `action` back (its circuit is open): a call now
@@ -320,6 +365,7 @@ class Batcher:
         if sends is None:
             return
         attempt = max(sends.values(), default=0) + 1 if wait else 0
+        final_rounds = 0
         while True:
             if attempt:
                 await asyncio.sleep(backoff(attempt, self._retry_base, self._retry_cap, self._rand))
@@ -327,27 +373,38 @@ class Batcher:
             if not await self._service_answers("get_dlq_message"):
                 self._batches.discard(record.id)
                 return
-            lookups = await asyncio.gather(*(self._in_dlq(dlq_id) for dlq_id in record.dlq_ids))
-            if None not in lookups:
+            lookups = dict(zip(record.dlq_ids, await asyncio.gather(
+                *(self._in_dlq(dlq_id) for dlq_id in record.dlq_ids)), strict=True))  # fmt: skip
+            errors = [found for found in lookups.values() if isinstance(found, ServiceError)]
+            if not errors:
                 break
+            if all(is_final_for(error) for error in errors):
+                final_rounds += 1
+                if final_rounds >= self._check_tries:
+                    break  # the service keeps saying no: those dlqIds fail, with why
             if self._stopping:  # checked again at the next start
                 self._batches.discard(record.id)
                 return
-            log.warning("batch not checked; will try again", batch=record.id)
-        gone = [dlq_id for dlq_id, there in zip(record.dlq_ids, lookups, strict=True) if not there]
-        still = [dlq_id for dlq_id, there in zip(record.dlq_ids, lookups, strict=True) if there]
+            log.warning("batch not checked; will try again", batch=record.id, error=str(errors[0]))
+        gone = [dlq_id for dlq_id, found in lookups.items() if found is False]
+        still = [dlq_id for dlq_id, found in lookups.items() if found is True]
+        unknown = [dlq_id for dlq_id, found in lookups.items() if isinstance(found, ServiceError)]
         log.info("batch checked", batch=record.id, gone=len(gone), still_in_dlq=len(still),
-                 reason=reason)  # fmt: skip
-        await self._again(record, still, reason, calls, done=gone, sent=True, wait=False)
+                 unknown=len(unknown), reason=reason)  # fmt: skip
+        if unknown:
+            reason = f"{reason}; its outcome cannot be checked: {errors[0]}"
+        await self._again(record, still, reason, calls, done=gone, failed=unknown, sent=True)
 
-    async def _in_dlq(self, dlq_id: str) -> bool | None:
-        """Whether `dlq_id` is still in the DLQ; None when the service cannot say."""
+    async def _in_dlq(self, dlq_id: str) -> bool | ServiceError:
+        """Whether `dlq_id` is still in the DLQ; the error when the service does not say."""
         try:
             await self._client.get_dlq_message(dlq_id)
         except NotFound:
             return False
-        except ServiceError:
-            return None
+        except InvalidResponse:
+            return True  # answered 200 with a body not as the spec says: it is there
+        except ServiceError as exc:
+            return exc
         return True
 
     async def _again(
@@ -359,26 +416,16 @@ class Batcher:
         *,
         sent: bool,
         done: Sequence[str] = (),
-        wait: bool = True,
+        failed: Sequence[str] = (),
     ) -> None:
-        """Settle the batch with `done` recovered and `dlq_ids` decided again, then queue
-        those for a later batch under their rules' policies. `wait`: after the backoff."""
-        if wait:
-            sends = await self._sends(record)
-            if sends is None:
-                return
-            await asyncio.sleep(self._delay(sends))
-        rules = {dlq_id: self._rule_of.get(dlq_id, "") for dlq_id in dlq_ids}
-        settled = await self._settle(
-            record, sent=sent, done=done, again=dlq_ids, reason=reason, calls=calls
-        )
-        if settled and dlq_ids:
-            now = self._wall_clock()
-            again = [
-                Pending(dlq_id, record.action, record.overrides, rules[dlq_id], now)
-                for dlq_id in dlq_ids
-            ]
-            self.add(again)
+        """Settle the batch with `done` recovered, `failed` given up and `dlq_ids` decided
+        again, then queue those for a later batch under their rules' policies (read back
+        from the store, so they hold across a restart)."""
+        queued = await self._settle(
+            record, sent=sent, done=done, again=dlq_ids, failed=failed, reason=reason,
+            calls=calls,
+        )  # fmt: skip
+        self.add(queued)
 
     async def _sends(self, record: BatchRecord) -> dict[str, int] | None:
         """How many calls may have carried each of the batch's dlqIds; None when the store
@@ -388,11 +435,6 @@ class Batcher:
         except StoreUnavailable:
             self._batches.discard(record.id)
             return None
-
-    def _delay(self, sends: dict[str, int]) -> float:
-        """Backoff before a batch's dlqIds go out again: longer each time they were sent."""
-        return backoff(max(sends.values(), default=1), self._retry_base, self._retry_cap,
-                       self._rand)  # fmt: skip
 
     async def _settle(
         self,
@@ -405,9 +447,12 @@ class Batcher:
         reason: str | None = None,
         runs: Sequence[dict[str, Any]] = (),
         calls: Sequence[dict[str, Any]] = (),
-    ) -> bool:
+    ) -> list[Pending]:
+        """Record the batch's outcome; the dlqIds decided again, to queue. Nothing when
+        the store cannot take it: the batch stays unsettled, and housekeeping checks it
+        with GETs, so nothing is lost."""
         try:
-            await self._store.settle_batch(
+            return await self._store.settle_batch(
                 record.id,
                 done=done,
                 again=again,
@@ -419,10 +464,8 @@ class Batcher:
                 now=self._wall_clock(),
             )
         except StoreUnavailable as exc:
-            # Unsettled in the store: housekeeping checks it with GETs, nothing is lost.
             log.warning("batch outcome not recorded", batch=record.id, error=str(exc))
             self._batches.discard(record.id)
-            return False
+            return []
         finally:
             self._release(record)
-        return True

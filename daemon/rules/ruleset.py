@@ -92,6 +92,12 @@ class Ruleset:
     def rule(self, name: str) -> Rule | None:
         return next((rule for rule in self.rules if rule.name == name), None)
 
+    def longest_budget_window(self) -> float:
+        """The longest `budget.within` of any rule, seconds (0 with no budget): records
+        of recoveries that recent still count against a budget, so retention keeps them."""
+        return max((rule.spec.budget.within for rule in self.rules if rule.spec.budget),
+                   default=0.0)  # fmt: skip
+
 
 def load_rules(path: Path, name: str | None = None) -> Ruleset:
     """The rules file at `path`; Unreadable, or FileError with every mistake in it."""

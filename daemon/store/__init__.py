@@ -80,10 +80,12 @@ class Store(Protocol):
         calls: Sequence[dict[str, Any]] = (),
         sent: bool,
         now: float,
-    ) -> None:
-        """Close a batch: `done`, decided `again`, or `failed` with `reason`. `sent`: the
-        call may have reached the service, and counts as a send of each of its dlqIds;
-        False when it was refused before the service acted (or never made)."""
+    ) -> list[Pending]:
+        """Close a pending batch: `done`, decided `again` (returned, with their rules, as
+        the batcher queues them), or `failed` with `reason`; a batch already settled is
+        left as it is. `sent`: the call may have reached the service, and counts as a
+        send of each of its dlqIds; False when it was refused before the service acted
+        (or never made)."""
         ...
 
     async def unsettled_batches(self) -> list[BatchRecord]:
@@ -109,7 +111,7 @@ class Store(Protocol):
         `apply` they go back to `received` in one transaction, tries and reason cleared."""
         ...
 
-    async def prune(self, *, before: float, now: float, dedup_for: float, chunk: int = 1000) -> int:
+    async def prune(self, *, before: float, now: float, dedup_for: float, chunk: int = 200) -> int:
         """Delete records final since before `before` in transactions of `chunk`, each
         pruned dlqId still a duplicate for `dedup_for` seconds; how many were deleted."""
         ...

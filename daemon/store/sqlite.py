@@ -236,14 +236,14 @@ class SQLiteStore:
         calls: Sequence[dict[str, Any]] = (),
         sent: bool,
         now: float,
-    ) -> None:
-        def settle(connection: sqlite3.Connection) -> None:
-            pipeline.settle_batch(
+    ) -> list[Pending]:
+        def settle(connection: sqlite3.Connection) -> list[Pending]:
+            return pipeline.settle_batch(
                 connection, batch_id, done=done, again=again, failed=failed, reason=reason,
                 runs=runs, calls=calls, sent=sent, now=now,
             )  # fmt: skip
 
-        await self._write(settle)
+        return await self._write(settle)
 
     async def unsettled_batches(self) -> list[BatchRecord]:
         return await self._run(pipeline.unsettled_batches)
@@ -272,7 +272,7 @@ class SQLiteStore:
 
     # -- retention (sqlite_retention.py) ---------------------------------------------
 
-    async def prune(self, *, before: float, now: float, dedup_for: float, chunk: int = 1000) -> int:
+    async def prune(self, *, before: float, now: float, dedup_for: float, chunk: int = 200) -> int:
         """Delete the records final since before `before` (and the batches of none but
         them), `chunk` to a transaction so that a commit of callbacks waits for one chunk
         at most, keeping a key of each for `dedup_for` seconds; forget the keys kept long
@@ -378,6 +378,10 @@ class SQLiteStore:
             outcomes = await loop.run_in_executor(
                 self._executor, self._insert, [callback for callback, _ in batch]
             )
+        except health.FilesMoved as exc:
+            self._health.compare_files(exc.found)  # the problem, said once
+            self._fail(batch, StoreUnavailable("; ".join(self._health.problems())))
+            return
         except Exception as exc:  # every waiter must hear, whatever went wrong
             # Logged once a minute at most, or once as a problem: a full disk fails every
             # commit, and a line each flooded the log.
@@ -446,6 +450,7 @@ class SQLiteStore:
                     f"INSERT INTO callbacks (dlq_id, body, received_at) VALUES {values}",
                     [field for row in chunk for field in (row.dlq_id, row.body, row.received_at)],
                 )
+            self._health.ensure_files()  # last, right before the COMMIT
         return outcomes
 
 

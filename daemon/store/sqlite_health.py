@@ -65,6 +65,14 @@ def probe(connection: sqlite3.Connection) -> None:
     connection.execute("DELETE FROM health_probe")
 
 
+class FilesMoved(Exception):
+    """The store's files are not those it opened: a commit now would be lost."""
+
+    def __init__(self, found: dict[Kind, _Identity | None]) -> None:
+        super().__init__("the store's files were deleted or replaced while open")
+        self.found = found
+
+
 @dataclass(frozen=True)
 class _Identity:
     device: int
@@ -104,6 +112,15 @@ class Health:
     def files_now(self) -> dict[Kind, _Identity | None]:
         """The files at the path now (stat calls: run it off the event loop)."""
         return {"database": _identity(self._path), "wal": _identity(self._wal)}
+
+    def ensure_files(self) -> None:
+        """Raise FilesMoved unless the files at the path are those the connection opened.
+        Two stat calls, on the store's thread right before a commit of callbacks: the
+        timer alone would leave a second in which callbacks are answered 200 and lost."""
+        found = self.files_now()
+        if any(opened is not None and found[kind] != opened
+               for kind, opened in self._files.items()):  # fmt: skip
+            raise FilesMoved(found)
 
     def compare_files(self, found: dict[Kind, _Identity | None]) -> None:
         """A problem for each file at the path that is not the one the connection opened."""

@@ -272,24 +272,24 @@ def settle_batch(
     calls: Sequence[dict[str, Any]] = (),
     sent: bool,
     now: float,
-) -> None:
-    """Close a batch: its dlqIds `done`, decided `again` (to be sent in a later batch),
-    or `failed` with `reason`. `sent`: the call may have reached the service, and counts
-    as a send for every dlqId of the batch; False when it was refused before the service
-    acted (connection refused, 429, 401) or never made. A batch is counted once, when it
-    is settled first."""
+) -> list[Pending]:
+    """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
+    batch), or `failed` with `reason`; returns those decided again, with their rules.
+    `sent`: the call may have reached the service, and counts as a send for every dlqId
+    of the batch; False when it was refused before the service acted or never made. A
+    batch already settled is left as it is (its dlqIds may be in another batch now)."""
     found = connection.execute(
         "SELECT state, dlq_ids FROM batches WHERE id = ?", (batch_id,)
     ).fetchone()
-    if found is None:
-        return
+    if found is None or found[0] != "pending":
+        return []
     connection.execute(
         "UPDATE batches SET state = 'settled', settled_at = ?, reason = ?, "
         "runs = ?, calls = ?, sent_at = CASE WHEN ? THEN coalesce(sent_at, ?) ELSE sent_at END "
         "WHERE id = ?",
         (now, reason, json.dumps(list(runs)), json.dumps(list(calls)), sent, now, batch_id),
     )
-    if sent and found[0] == "pending":
+    if sent:
         connection.execute(
             "UPDATE callbacks SET sends = sends + 1 "
             "WHERE dlq_id IN (SELECT value FROM json_each(?))",
@@ -311,6 +311,18 @@ def settle_batch(
                 for dlq_id in dlq_ids
             ],
         )
+    return _decided(connection, again)
+
+
+def _decided(connection: sqlite3.Connection, dlq_ids: Iterable[str]) -> list[Pending]:
+    """Those of `dlq_ids` that are decided, as the batcher queues them."""
+    rows = connection.execute(
+        "SELECT dlq_id, action, overrides, rule, decided_at FROM callbacks "
+        "WHERE dlq_id IN (SELECT value FROM json_each(?)) AND state = 'decided' "
+        "ORDER BY decided_at, dlq_id",
+        (json.dumps(list(dlq_ids)),),
+    ).fetchall()
+    return [Pending(*row) for row in rows]
 
 
 def unsettled_batches(connection: sqlite3.Connection) -> list[BatchRecord]:

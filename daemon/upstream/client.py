@@ -31,6 +31,7 @@ from daemon.upstream.errors import (
     Unauthorized,
     error_from_response,
     from_httpx,
+    is_transient,
     surely_not_carried_out,
 )
 from daemon.upstream.headers import rate_hint
@@ -349,7 +350,12 @@ class ServiceClient:
         (raising InvalidResponse or CorruptResponse), inside the retry. `credentials`
         given: the call uses them and passes the holder's gate (the rotation's own
         calls); otherwise it waits while a rotation or a lockout holds calls back, then
-        uses the current ones. CircuitOpen is raised at once, never retried here."""
+        uses the current ones. CircuitOpen is raised at once, never retried here.
+
+        The error raised is the last attempt's, unless an earlier attempt may have been
+        carried out and the last one was merely refused (a 503, then a 429, an open
+        circuit or a refused connection): then the earlier one, since the call as a
+        whole may have acted. A final answer (a 404 after a 503) is raised as it is."""
         request = _Request(
             method, f"{base or self._base_url}{path}", path, tuple(params or ()), json,
             headers or {},
@@ -357,15 +363,18 @@ class ServiceClient:
         started = self._clock()
         attempt = 0
         retried_with_new_token = False
+        uncertain: ServiceError | None = None  # an attempt that may have been carried out
         while True:
             attempt += 1
             async with self._credentials_for(credentials) as used:
                 try:
                     return await self._attempt(operation, request, read, auth, used, attempt)
-                except CircuitOpen:
-                    raise
                 except ServiceError as exc:
                     error = exc
+            if not surely_not_carried_out(error):
+                uncertain = error
+            if isinstance(error, CircuitOpen):
+                raise _outcome(error, uncertain) from None
             refused = isinstance(error, Unauthorized) and auth == "bearer" and credentials is None
             if refused and not retried_with_new_token and await self._rotated_since(used):
                 # The token was rotated while this call was in flight: one more try.
@@ -381,7 +390,7 @@ class ServiceClient:
                 idempotent=idempotent,
             )
             if delay is None:
-                raise error
+                raise _outcome(error, uncertain) from None
             # After a 429 the limiter also holds everyone else, as the answer told it.
             await self._sleep(delay)
 
@@ -499,6 +508,12 @@ class ServiceClient:
                 seconds=seconds,
             )
         )
+
+
+def _outcome(last: ServiceError, uncertain: ServiceError | None) -> ServiceError:
+    """The error that tells what the call as a whole may have done."""
+    refused = is_transient(last) and surely_not_carried_out(last)
+    return uncertain if uncertain is not None and refused else last
 
 
 def _authorization(auth: Auth, credentials: Credentials) -> str:

@@ -33,6 +33,11 @@ def status(served: Served) -> dict[str, Any]:
     return answer
 
 
+def record(served: Served, dlq_id: str) -> dict[str, Any]:
+    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/dlq/{dlq_id}", timeout=5).json()
+    return answer
+
+
 def journal_of(control: httpx.Client) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = control.get("/_emulator/journal").json()
     return calls
@@ -69,8 +74,12 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
                 response = httpx.post(f"{served.url}/callbacks", content=body,
                                       headers=signed(body), timeout=10)  # fmt: skip
                 assert response.status_code == 200
-            wait_for(lambda: status(served)["pendingBatches"] >= 1)
-            time.sleep(0.2)  # the call is out, and the emulator is holding it
+            # Marked as sending (committed right before the call), then a moment for the
+            # request to leave: the emulator is holding it when the kill comes.
+            wait_for(
+                lambda: any(batch["sentAt"] for batch in record(served, dlq_ids[0])["batches"])
+            )
+            time.sleep(0.5)
             exit_status, _ = served.stop(signal.SIGKILL)
         assert exit_status == -signal.SIGKILL
         # The emulator carries the held call out, for no one.

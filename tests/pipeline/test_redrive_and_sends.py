@@ -6,11 +6,19 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from tests.pipeline.support import dlq_ids_of, harness
+import httpx
+
+from daemon.emulator import create_app
+from daemon.serving import serve_in_thread
+from daemon.store import Callback
+from daemon.store.records import Outcome
+from daemon.store.sqlite import SQLiteStore
+from tests.pipeline.support import BULK_PATHS, dlq_ids_of, harness
 from tests.processes import environ
-from tests.support import callback_json, workflows
+from tests.support import callback_json, emulator_config, running_recoveryd, workflows
 
 SMALL_BATCHES = """\
 version: 1
@@ -24,7 +32,7 @@ rules:
 
 async def test_a_refused_bulk_call_is_not_counted_as_a_send(tmp_path: Path) -> None:
     """Every attempt answered 429: the service did nothing, the call is not a send, and
-    the dlqIds go out again; the record shows both batches and what each call answered."""
+    the same batch's call is made again later; the record shows what each call answered."""
     async with harness(tmp_path, SMALL_BATCHES) as h:
         [dlq_id] = await h.seed(workflows(1))
         await h.fault(kind="rate_limit", times=4, retryAfter=0.01, paths=["/v2/workflows/"])
@@ -34,10 +42,68 @@ async def test_a_refused_bulk_call_is_not_counted_as_a_send(tmp_path: Path) -> N
 
         record = await h.record(dlq_id)
         assert record["sends"] == 1
-        refused, sent = record["batches"]
-        assert refused["reason"].startswith("the service refused the call")
-        assert {call["status"] for call in refused["calls"]} == {429}
+        [batch] = record["batches"]
+        assert [call["status"] for call in batch["calls"]] == [429] * 4 + [200]
+
+
+async def test_a_call_that_may_have_acted_is_checked_though_its_last_attempt_was_refused(
+    tmp_path: Path,
+) -> None:
+    """A 503 (the service may have acted), then 429s until the client gives up: the call
+    as a whole may have acted, so its dlqIds are looked up before they go out again, and
+    it counts as a send."""
+    async with harness(tmp_path, SMALL_BATCHES) as h:
+        [dlq_id] = await h.seed(workflows(1))
+        await h.fault(kind="status", status=503, times=1, paths=["/v2/workflows/"])
+        await h.fault(kind="rate_limit", times=3, retryAfter=0.01, paths=["/v2/workflows/"])
+        await h.send_callbacks([dlq_id])
+
+        assert await h.settled(1) == {"done": 1}
+
+        record = await h.record(dlq_id)
+        assert record["sends"] == 2
+        checked, sent = record["batches"]
+        assert checked["reason"].startswith("the call failed")
+        assert [call["status"] for call in checked["calls"]] == [503, 429, 429, 429]
         assert [call["status"] for call in sent["calls"]] == [200]
+        gets = [call for call in await h.journal() if call["path"] == f"/v2/dlq/{dlq_id}"]
+        assert len(gets) == 2  # the fetch, and the check
+
+
+async def test_a_batch_left_unsent_by_a_crash_keeps_its_rules_max_size(tmp_path: Path) -> None:
+    """A start finds a batch of 15 persisted but never sent (a crash before its call):
+    its dlqIds go back to their queue and out in calls of the rule's maxSize, 5."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(SMALL_BATCHES)
+    with serve_in_thread(create_app(emulator_config(execute_runs=False))) as service_url:
+        async with httpx.AsyncClient(base_url=service_url, timeout=30) as control:
+            seeded = await control.post("/_emulator/dlq", json={"messages": workflows(15)})
+            dlq_ids: list[str] = seeded.json()["dlqIds"]
+            await left_in_an_unsent_batch(tmp_path / "recoveryd.db", dlq_ids, "resume-in-fives")
+
+            async with running_recoveryd(tmp_path, SERVICE_URL=service_url, RULES=str(rules)) as d:
+                async with asyncio.timeout(30):
+                    while True:
+                        if (await d.admin.get("/api/v1/status")).json()["states"]["done"] == 15:
+                            break
+                        await asyncio.sleep(0.1)
+            journal = (await control.get("/_emulator/journal")).json()
+    calls = [call for call in journal if call["path"] in BULK_PATHS]
+    assert sorted(len(dlq_ids_of(call)) for call in calls) == [5, 5, 5]
+
+
+async def left_in_an_unsent_batch(path: Path, dlq_ids: list[str], rule: str) -> None:
+    """The store as a daemon killed right after persisting a batch of `dlq_ids` leaves it."""
+    async with SQLiteStore.open(path) as store:
+        now = time.time()
+        for dlq_id in dlq_ids:
+            body = callback_json(dlq_id, "failure-callback-workflow.json")
+            await store.add_callback(Callback(dlq_id, body, now))
+        await store.claim("crashed", len(dlq_ids), 60.0, now)
+        decided = [Outcome(dlq_id, "decided", rule=rule, action="resume", overrides="{}")
+                   for dlq_id in dlq_ids]  # fmt: skip
+        await store.settle("crashed", decided, now)
+        assert await store.open_batch("resume", "{}", dlq_ids, now) is not None
 
 
 async def test_resent_batches_keep_the_rules_max_size(tmp_path: Path) -> None:
@@ -73,6 +139,8 @@ async def test_a_redrive_sends_failed_dlq_ids_through_again(tmp_path: Path) -> N
         assert bad.status_code == 400
         assert bad.json()["field"] == "states"
 
+        listed = await admin.post("/api/v1/redrive", json={"state": ["failed"], "dryRun": True})
+        assert listed.json()["count"] == 3
         redriven = await admin.post("/api/v1/redrive", json={"state": "failed", "since": "1h"})
         assert redriven.json()["count"] == 3
         assert await h.settled(3) == {"done": 3}

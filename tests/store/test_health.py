@@ -128,3 +128,17 @@ async def test_the_size_counts_the_database_and_its_log(tmp_path: Path) -> None:
         assert wal.stat().st_size > 0
         expected = (tmp_path / "s.db").stat().st_size + wal.stat().st_size
         assert await store.size_bytes() == expected
+
+
+async def test_a_callback_committed_after_the_files_went_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    """No window between the deletion and the timer's next look: the commit itself
+    checks the files, so the callback is refused (503), not answered and lost."""
+    async with SQLiteStore.open(tmp_path / "s.db", health_interval=3600) as store:
+        await store.add_callback(callback("d-1"))
+        for path in files(tmp_path / "s.db"):
+            path.unlink()
+        with pytest.raises(StoreUnavailable, match="deleted"):
+            await store.add_callback(callback("d-2"))
+        assert any("deleted" in problem for problem in store.problems())

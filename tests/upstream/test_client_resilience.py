@@ -202,6 +202,30 @@ async def test_bulk_by_ids_is_retried_after_a_server_error(service: Service) -> 
     assert [c["status"] for c in await service.journal()] == [503, 200]
 
 
+async def test_a_call_that_may_have_acted_says_so_though_its_last_try_was_refused(
+    service: Service,
+) -> None:
+    """A 503 (the service may have acted), then 429s until the retries run out: the
+    error raised is the 503's, so the caller checks before sending again."""
+    ids = await service.seed(*workflows(2))
+    await service.fault(kind="status", status=503, times=1)
+    await service.fault(kind="rate_limit", times=10, retryAfter=0.01)
+    with pytest.raises(ServerError):
+        await service.client.bulk("resume", dlq_ids=ids)
+    statuses = [c["status"] for c in await service.journal()]
+    assert statuses[0] == 503
+    assert set(statuses[1:]) == {429}
+
+
+async def test_a_final_answer_after_an_uncertain_try_is_raised_as_it_is(
+    service: Service,
+) -> None:
+    """A 503, then a 404: the 404 is the service's last word, raised as NotFound."""
+    await service.fault(kind="status", status=503, times=1)
+    with pytest.raises(NotFound):
+        await service.client.get_dlq_message("1-0")
+
+
 async def test_malformed_answer_is_invalid_response(service: Service) -> None:
     """A 200 that is not the spec's JSON raises InvalidResponse, and is not retried."""
     await service.fault(kind="malformed", times=5)
