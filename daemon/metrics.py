@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 
 from daemon.store.records import RotationResult
+
+# Every counter and histogram would also export a `_created` timestamp series: twice the
+# series for nothing a dashboard reads (the process start time says the same).
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CallbackResult = Literal[
     "accepted",
