@@ -201,8 +201,7 @@ def rotate_token(wait: float) -> None:
     from daemon.settings import SettingsError, load_settings
 
     try:
-        settings = load_settings(os.environ)
-        settings.service_url  # noqa: B018  (required here too: raises if unset)
+        settings = load_settings(os.environ, require=("SERVICE_URL",))
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     configure_logging(settings.LOG_FORMAT)

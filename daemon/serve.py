@@ -22,14 +22,15 @@ log = structlog.get_logger(__name__)
 
 
 class StartError(Exception):
-    """The daemon cannot start; `str()` is the one line to print."""
+    """The daemon cannot start; `str()` is what to print, a line a problem."""
 
 
 def serve(environ: Mapping[str, str] = os.environ, *, rules: Path | None = None) -> None:
     """Run the daemon in the foreground; StartError when a setting or a listener is bad."""
     try:
-        settings = load_settings(environ, **({"RULES": rules} if rules is not None else {}))
-        settings.service_url  # noqa: B018  (required by serve, unlike dev: raises if unset)
+        overrides = {"RULES": rules} if rules is not None else {}
+        # Required by serve, unlike dev (which runs its own emulator).
+        settings = load_settings(environ, require=("SERVICE_URL",), **overrides)
     except SettingsError as exc:
         raise StartError(str(exc)) from None
     configure_logging(settings.LOG_FORMAT)

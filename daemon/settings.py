@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -41,7 +42,7 @@ _SECRETS = frozenset({"TOKEN", "ACCOUNT_PASSWORD", "SIGNING_KEY_CURRENT", "SIGNI
 
 
 class SettingsError(ValueError):
-    """A setting that stops the start; `str()` is the one line to print."""
+    """Settings that stop the start; `str()` is what to print, a line a problem."""
 
 
 def _base_url(value: str) -> str:
@@ -141,28 +142,13 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
-        if self.TOKEN is not None and self.TOKEN_FILE is not None:
-            raise _NamedError("TOKEN_FILE", "set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE, not both")
-        if self.TOKEN is None and self.TOKEN_FILE is None and self.CREDENTIALS_FILE is None:
-            raise _NamedError(
-                "TOKEN", "required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE"
-            )
-        if self.ROTATE_SCHEDULE.strip() and self.CREDENTIALS_FILE is None:
-            raise _NamedError(
-                "CREDENTIALS_FILE",
-                "required when RECOVERYD_ROTATE_SCHEDULE is set: the rotated token is kept "
-                "there, or a restart would lose it",
-            )
-        if self.SIGNING_KEY_NEXT is not None and self.SIGNING_KEY_CURRENT is None:
-            raise _NamedError(
-                "SIGNING_KEY_CURRENT", "required when RECOVERYD_SIGNING_KEY_NEXT is set"
-            )
-        if self.SIGNING_KEY_CURRENT is None and not self.ALLOW_UNSIGNED:
-            raise _NamedError(
-                "SIGNING_KEY_CURRENT",
-                "required: without a signing key anyone could forge callbacks "
-                "(set RECOVERYD_ALLOW_UNSIGNED=true to accept unsigned callbacks)",
-            )
+        problems = _across(
+            lambda name: getattr(self, name) is not None,
+            rotating=bool(self.ROTATE_SCHEDULE.strip()),
+            allow_unsigned=self.ALLOW_UNSIGNED,
+        )
+        if problems:
+            raise _NamedErrors(problems)
         return self
 
     # Derived values, so callers never re-parse strings.
@@ -207,26 +193,55 @@ class Settings(BaseModel):
         return token
 
 
-class _NamedError(ValueError):
-    """A check across settings, naming the variable its one-line error is about."""
+def _across(present: Callable[[str], bool], *, rotating: bool, allow_unsigned: bool) -> list[str]:
+    """The checks across settings, one line each naming its variable. Only presence
+    matters to them, so they run on the raw values too when some value is bad: every
+    problem is reported at once."""
+    problems = []
+    if present("TOKEN") and present("TOKEN_FILE"):
+        problems.append("TOKEN_FILE: set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE, not both")
+    if not (present("TOKEN") or present("TOKEN_FILE") or present("CREDENTIALS_FILE")):
+        problems.append("TOKEN: required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE")
+    if rotating and not present("CREDENTIALS_FILE"):
+        problems.append(
+            "CREDENTIALS_FILE: required when RECOVERYD_ROTATE_SCHEDULE is set: the rotated "
+            "token is kept there, or a restart would lose it"
+        )
+    if present("SIGNING_KEY_NEXT") and not present("SIGNING_KEY_CURRENT"):
+        problems.append("SIGNING_KEY_CURRENT: required when RECOVERYD_SIGNING_KEY_NEXT is set")
+    elif not present("SIGNING_KEY_CURRENT") and not allow_unsigned:
+        problems.append(
+            "SIGNING_KEY_CURRENT: required: without a signing key anyone could forge "
+            "callbacks (set RECOVERYD_ALLOW_UNSIGNED=true to accept unsigned callbacks)"
+        )
+    return [PREFIX + problem for problem in problems]
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
+
+class _NamedErrors(ValueError):
+    """The checks across settings that failed, each line naming its variable."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
 
 
-def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
-    """Settings from `environ` (RECOVERYD_* only) and `overrides` (e.g. from the command line).
+def load_settings(
+    environ: Mapping[str, str], *, require: Collection[str] = (), **overrides: Any
+) -> Settings:
+    """Settings from `environ` (RECOVERYD_* only) and `overrides` (e.g. from the command
+    line); `require` names settings the command needs that others may leave out.
 
     A variable set to the empty string counts as unset, as a Helm chart renders an
-    optional value left out. Raises `SettingsError` whose message is one line naming the
-    first bad variable; a RECOVERYD_* variable that is no setting is one too, since a
-    misspelt RECOVERYD_PUBLIC_URL would silently turn a check off.
+    optional value left out. Raises `SettingsError` listing every problem at once, a line
+    each naming its variable (a first start should not take one run a mistake); a
+    RECOVERYD_* variable that is no setting is one too, since a misspelt
+    RECOVERYD_PUBLIC_URL would silently turn a check off.
     """
+    problems = []
     for name in sorted(filter(_is_unknown, environ)):
         near = _nearest(name)
         hint = f"; did you mean {near}?" if near else ""
-        raise SettingsError(f"{name}: not a recoveryd setting{hint}")
+        problems.append(f"{name}: not a recoveryd setting{hint}")
     values = {
         setting: value
         for name, value in environ.items()
@@ -235,10 +250,14 @@ def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
         and value != ""
     }
     values.update(overrides)
+    problems += [f"{PREFIX}{name}: required" for name in require if values.get(name) is None]
     try:
-        return Settings.model_validate(values)
+        settings = Settings.model_validate(values)
     except ValidationError as exc:
-        raise SettingsError(_one_line(exc, values)) from None
+        problems += _lines(exc, values)
+    if problems:
+        raise SettingsError("\n".join(problems))
+    return settings
 
 
 def _is_unknown(name: str) -> bool:
@@ -255,15 +274,32 @@ def _nearest(name: str) -> str | None:
     return PREFIX + near[0] if near else None
 
 
-def _one_line(exc: ValidationError, values: Mapping[str, Any]) -> str:
-    error = exc.errors(include_url=False, include_input=False)[0]
-    cause = error.get("ctx", {}).get("error")
-    if isinstance(cause, _NamedError):
-        return f"{PREFIX}{cause.field}: {cause}"
-    field = str(error["loc"][0]) if error["loc"] else "?"
-    if cause is not None:
-        return f"{PREFIX}{field}: {cause}"
-    message = error["msg"].replace("Input should be", "must be", 1)
-    if field not in _SECRETS:
-        message += f"; got {values[field]!r}"
-    return f"{PREFIX}{field}: {message}"
+def _lines(exc: ValidationError, values: Mapping[str, Any]) -> list[str]:
+    """A line for each bad setting (its first error), then the checks across settings,
+    which pydantic skips while any value is bad."""
+    lines: dict[str, str] = {}
+    for error in exc.errors(include_url=False, include_input=False):
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, _NamedErrors):
+            return cause.lines  # the values were all good: these are the only problems
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        if field in lines:
+            continue
+        if cause is not None:
+            lines[field] = f"{PREFIX}{field}: {cause}"
+            continue
+        message = error["msg"].replace("Input should be", "must be", 1)
+        if field not in _SECRETS:
+            message += f"; got {values[field]!r}"
+        lines[field] = f"{PREFIX}{field}: {message}"
+    rotating = bool(str(values.get("ROTATE_SCHEDULE") or "").strip())
+    across = _across(lambda name: values.get(name) is not None, rotating=rotating,
+                     allow_unsigned=_true(values.get("ALLOW_UNSIGNED")))  # fmt: skip
+    return [*lines.values(), *across]
+
+
+def _true(value: Any) -> bool:
+    try:
+        return bool(TypeAdapter(bool).validate_python(value))
+    except ValidationError:
+        return False

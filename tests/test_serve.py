@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import re
 import signal
 import socket
 import sqlite3
@@ -42,6 +44,39 @@ def _refused_start(tmp_path: Path, **settings: str) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     return lines[0]
+
+
+def test_a_bare_serve_names_every_required_setting_in_one_run(tmp_path: Path) -> None:
+    """No settings at all: one run's error names each setting serve needs, a line each,
+    so a first start does not take one run per missing setting."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon", "serve"],
+        env=inherited, cwd=tmp_path, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    named = {re.search(r"RECOVERYD_\w+", line)[0] for line in result.stderr.strip().splitlines()}
+    assert named == {
+        "RECOVERYD_SERVICE_URL",
+        "RECOVERYD_TOKEN",
+        "RECOVERYD_SIGNING_KEY_CURRENT",
+    }, result.stderr
+
+
+def test_every_bad_setting_is_reported_at_once(tmp_path: Path) -> None:
+    """A bad value, a misspelt name and a missing key: three lines, one run."""
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon", "serve"],
+        env=environ(tmp_path, LISTEN="8080", SIGNING_KEY_CURRENT="", SIGNING_KEY_NEXT="")
+        | {"RECOVERYD_PUBLC_URL": "https://x.example.com"},
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 3, result.stderr
+    assert any("RECOVERYD_LISTEN: must be HOST:PORT" in line for line in lines)
+    assert any("did you mean RECOVERYD_PUBLIC_URL?" in line for line in lines)
+    assert any("RECOVERYD_SIGNING_KEY_CURRENT: required" in line for line in lines)
 
 
 def test_serve_takes_callbacks_and_exits_0_on_sigterm(tmp_path: Path) -> None:
