@@ -91,6 +91,8 @@ def check(path: Path | None) -> None:
     default: Path = Settings.model_fields["RULES"].default
     path = path or Path(os.environ.get(f"{PREFIX}RULES") or default)
     ruleset = _load_rules(path)
+    for warning in ruleset.not_carried_out():
+        click.echo(f"{path}: warning: {warning}", err=True)
     click.echo(f"{path}: ok: {len(ruleset.rules)} rules, {len(ruleset.sweeps)} sweeps")
 
 

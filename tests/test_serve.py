@@ -41,7 +41,8 @@ def _refused_start(tmp_path: Path, **settings: str) -> str:
         check=False,
     )
     assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
+    # Log lines may come first (the rules' warnings); the error is the one plain line.
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("{")]
     assert len(lines) == 1, result.stderr
     return lines[0]
 

@@ -13,11 +13,8 @@ from typing import Any
 
 from daemon.rules import Decision, Rule, Ruleset
 from daemon.rules.explain import recovery_call
-from daemon.rules.model import RECOVERIES
+from daemon.rules.model import NOT_CARRIED_OUT, RECOVERIES
 from daemon.store.records import Budget, Outcome
-
-# Actions that this version records but does not carry out yet.
-NOT_CARRIED_OUT = frozenset({"notify", "remove-endpoint"})
 
 
 def overrides_key(rule: Rule) -> str:

@@ -74,3 +74,5 @@ class LiveRules:
         if previous is not None:
             metrics.rules_info.remove(previous.digest, str(len(previous.rules)))
         metrics.rules_info.labels(ruleset.digest, str(len(ruleset.rules))).set(1)
+        for warning in ruleset.not_carried_out():
+            log.warning("rules ask for what this version does not do", detail=warning)

@@ -84,6 +84,22 @@ def test_check_accepts_a_valid_file_with_a_summary_on_stdout(tmp_path: Path) -> 
     assert result.stderr == ""
 
 
+def test_check_warns_naming_each_rule_this_version_does_not_carry_out() -> None:
+    """The shipped rules.yaml notifies, removes endpoints and sweeps: valid (exit 0), and
+    each of those said on stderr, naming the rule, not passed over in silence."""
+    rules = REPOSITORY / "rules.yaml"
+    result = invoke("check", rules)
+    assert result.exit_code == 0
+    warnings = result.stderr.splitlines()
+    assert warnings == [
+        f"{rules}: warning: rule 'page-on-workflow-4xx': notify is recorded but not carried "
+        "out by this version; its dlqIds end skipped",
+        f"{rules}: warning: rule 'prune-dead-endpoints': remove-endpoint is recorded but not "
+        "carried out by this version; its dlqIds end skipped",
+        f"{rules}: warning: sweeps (1) are not run by this version",
+    ]
+
+
 def test_check_refuses_an_invalid_file_with_every_problem_on_stderr() -> None:
     """An invalid file exits 1 with each problem as PATH:LINE:COL: yaml.path: message."""
     path = BAD / "several-errors.yaml"

@@ -7,8 +7,12 @@ import asyncio
 from pathlib import Path
 
 import httpx
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from daemon.emulator import create_app
+from daemon.metrics import Metrics
+from daemon.rules.live import LiveRules
 from daemon.serving import serve
 from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd, workflows
 
@@ -117,3 +121,15 @@ async def test_a_missing_file_is_refused_and_the_old_rules_stay(tmp_path: Path) 
         assert "cannot read" in response.json()["error"]
         rule = recoveryd.daemon.rules.current.rule("first")
         assert rule is not None
+
+
+def test_loading_rules_this_version_does_not_carry_out_says_so() -> None:
+    """The daemon's load of the shipped rules.yaml logs a warning for each rule it only
+    records (notify, remove-endpoint) and for its sweeps: serve never stays silent."""
+    with capture_logs() as logs:
+        LiveRules(Path(__file__).parents[2] / "rules.yaml", Metrics(CollectorRegistry()))
+    details = [entry["detail"] for entry in logs if entry["log_level"] == "warning"]
+    assert len(details) == 3
+    assert "rule 'page-on-workflow-4xx': notify" in details[0]
+    assert "rule 'prune-dead-endpoints': remove-endpoint" in details[1]
+    assert details[2] == "sweeps (1) are not run by this version"
