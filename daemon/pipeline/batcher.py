@@ -35,7 +35,7 @@ import structlog
 
 from daemon.metrics import Metrics
 from daemon.pipeline.calls import recording
-from daemon.pipeline.fetch import backoff, is_final_for
+from daemon.pipeline.failures import backoff, is_final_for
 from daemon.rules import BatchPolicy
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import BatchRecord, Pending
@@ -48,8 +48,8 @@ from daemon.upstream import (
     Overrides,
     ServiceClient,
     ServiceError,
+    surely_not_carried_out,
 )
-from daemon.upstream.errors import surely_not_carried_out
 
 log = structlog.get_logger(__name__)
 Key = tuple[str, str]  # action, overrides (canonical JSON)

@@ -23,12 +23,13 @@ import structlog
 from daemon.metrics import Metrics
 from daemon.pipeline.calls import recording
 from daemon.pipeline.decide import outcome_of
+from daemon.pipeline.failures import backoff, is_final_for
 from daemon.rules import facts
 from daemon.rules.live import LiveRules
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import Claimed, Outcome, Pending
 from daemon.supervisor import Supervisor
-from daemon.upstream import NotFound, ServiceClient, ServiceError, Unauthorized, is_transient
+from daemon.upstream import NotFound, ServiceClient, ServiceError
 
 log = structlog.get_logger(__name__)
 _OPERATION = "get_dlq_message"
@@ -206,16 +207,3 @@ class Fetcher:
             retry_at=self._wall_clock() + delay,
             calls=calls,
         )
-
-
-def is_final_for(error: ServiceError) -> bool:
-    """Whether the service said something final about this dlqId. A refused token is
-    about the account, not the dlqId: the rotation's lockout holds calls until a token
-    works, and the dlqId waits."""
-    return not is_transient(error) and not isinstance(error, Unauthorized)
-
-
-def backoff(tries: int, base: float, cap: float, rand: Callable[[], float]) -> float:
-    """`base` * 2**(tries-1), at most `cap`, jittered down to half so that work failed
-    together (an outage) does not come due together."""
-    return float(min(cap, base * 2 ** max(0, tries - 1)) * (0.5 + rand() / 2))
