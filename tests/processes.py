@@ -61,14 +61,27 @@ def run(environ: dict[str, str], log: Path) -> subprocess.Popen[str]:
 
 @contextlib.contextmanager
 def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
-    """`recoveryd serve` on free loopback ports, once /healthz answers; killed at the end."""
-    port, admin_port = free_port(), free_port()
-    settings = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"} | settings
-    log = tmp_path / f"serve-{port}.log"
-    process = run(environ(tmp_path, **settings), log)
-    served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", log)
+    """`recoveryd serve` on free loopback ports, once /healthz answers; killed at the end.
+    A port found free can be taken by another process before serve binds it: then serve
+    is started again on other ports (unless the test chose them)."""
+    for attempt in range(3):
+        port, admin_port = free_port(), free_port()
+        ports = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"}
+        log = tmp_path / f"serve-{port}.log"
+        process = run(environ(tmp_path, **(ports | settings)), log)
+        served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", log)
+        try:
+            wait_until_healthy(served)
+        except AssertionError:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+            chose_ports = "LISTEN" in settings or "ADMIN_LISTEN" in settings
+            if chose_ports or attempt == 2 or "Address already in use" not in served.logs():
+                raise
+            continue
+        break
     try:
-        wait_until_healthy(served)
         yield served
     finally:
         if process.poll() is None:
