@@ -81,8 +81,10 @@ async def test_scheduled_rotations_under_traffic_never_fail_a_call(tmp_path: Pat
         assert h.recoveryd.metric("recoveryd_account_limit", limit="max_requests_per_second") == 40
         assert h.recoveryd.metric("recoveryd_account_dlq_retention_seconds") == 604_800
         assert h.recoveryd.metric("recoveryd_token_last_rotation_success_timestamp_seconds") > 0
+        # Rotating every second: the latest may be under way as the status is read.
         status = await h.status()
-        assert status["lastTokenRotation"]["result"] == "success"
+        last = status["lastTokenRotation"]
+        assert last["result"] == "success" or last["finishedAt"] is None, last
         assert status["token"]["lockedOut"] is False
 
 
@@ -169,7 +171,8 @@ async def test_a_reset_that_times_out_after_succeeding_is_a_lockout(tmp_path: Pa
         assert await h.settled(5) == {"done": 5}
         assert (await h.recoveryd.public.get("/readyz")).status_code == 200
         assert h.recoveryd.metric("recoveryd_token_lockout") == 0
-        last = (await h.status())["lastTokenRotation"]
+        status = await h.status()
+        last = status["lastTokenRotation"]
         assert last["result"] == "lockout"
         assert last["resolvedAt"] is not None
         secrets = {TOKEN, PASSWORD, h.emulator.account.token, h.emulator.account.password}
