@@ -199,14 +199,14 @@ def rotate_token(wait: float) -> None:
     it, so it swaps the token without a refused call; with no daemon running, it is done
     here. Exit status: 0 rotated, 1 not rotated (the reason is printed)."""
     from daemon.account.rotate_command import RotateError, rotate_now
-    from daemon.logs import configure_logging
+    from daemon.logs import configure_command_logging
     from daemon.settings import SettingsError, load_settings
 
     try:
         settings = load_settings(os.environ, require=("SERVICE_URL",))
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
-    configure_logging(settings.LOG_FORMAT)
+    configure_command_logging(settings)
     try:
         click.echo(asyncio.run(rotate_now(settings, wait)))
     except RotateError as exc:
@@ -235,11 +235,13 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
     """
     import time
 
+    from daemon.logs import configure_command_logging
     from daemon.redrive import RedriveError, RedriveFilter, redrive_now
     from daemon.settings import SettingsError, load_settings
 
     try:
         settings = load_settings(os.environ)
+        configure_command_logging(settings)
         wanted = {"states": list(states), "rule": rule, "dryRun": not yes}
         selection = RedriveFilter.from_json({**wanted, "since": f"{since}s" if since else None})
         answer = asyncio.run(redrive_now(settings, selection, time.time()))

@@ -6,9 +6,12 @@ import logging
 import sys
 import time
 from collections.abc import Callable, MutableMapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
+
+if TYPE_CHECKING:
+    from daemon.settings import Settings
 
 _FOLDED_LEVELS = frozenset({"warning", "error", "critical"})
 
@@ -87,3 +90,12 @@ def configure_logging(fmt: Literal["json", "console"], level: int = logging.INFO
     # whatever a URL carries would be in the log.
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def configure_command_logging(settings: Settings) -> None:
+    """Logs of a one-shot command (rotate-token, redrive): its answer is printed on stdout
+    for a person, so its log goes to stderr, warnings and errors only, as console text.
+    JSON only when RECOVERYD_LOG_FORMAT asks for it: the setting's default suits the
+    daemon, whose log a machine collects, not a command run by hand."""
+    asked = "LOG_FORMAT" in settings.model_fields_set  # set in the environment, not defaulted
+    configure_logging(settings.LOG_FORMAT if asked else "console", logging.WARNING)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, get_args
 
 from prometheus_client import (
@@ -35,6 +36,48 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _BULK_BUCKETS = (1, 2, 5, 10, 20, 30, 40, 50)
 # A call to the service takes milliseconds when it is well; seconds mean retries or trouble.
 _UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+LimitUnit = Literal["count", "bytes", "seconds"]
+
+# The account record's limits (spec section 8) as we export them: wire field -> (our label
+# value, the gauge family of its unit, what to divide the wire value by to get that
+# unit). The wire names stay the service's own (misspelt `_milis` included) in the record
+# and the credentials file; on a dashboard they would leak its spelling and mix units in
+# one family. A field not listed here is not exported.
+ACCOUNT_LIMITS: dict[str, tuple[str, LimitUnit, int]] = {
+    "max_requests_per_second": ("requests_per_second", "count", 1),
+    "max_requests_per_day": ("requests_per_day", "count", 1),
+    "max_requests_per_day_hard": ("requests_per_day_hard", "count", 1),
+    "max_endpoints_per_topic": ("endpoints_per_url_group", "count", 1),
+    "max_dlq_size": ("dlq_messages", "count", 1),
+    "max_retries": ("retries", "count", 1),
+    "max_topics": ("url_groups", "count", 1),
+    "max_schedules": ("schedules", "count", 1),
+    "max_events_size": ("events_size", "count", 1),  # a count, says the spec
+    "max_parallelism": ("parallelism", "count", 1),
+    "max_global_parallelism": ("global_parallelism", "count", 1),
+    "max_queues": ("queues", "count", 1),
+    "max_message_size": ("message_size", "bytes", 1),
+    "max_dlq_retention_time_milis": ("dlq_retention", "seconds", 1000),  # ms
+    "max_delay": ("delay", "seconds", 1),
+    "timeout": ("request_timeout", "seconds", 1),
+}
+
+
+class _GaugeOnceKnown:
+    """An unlabelled gauge that is absent from the registry until its first `set`: a
+    default 0 would read as a value (a last success in 1970), not as "not known yet"."""
+
+    def __init__(self, registry: CollectorRegistry, name: str, documentation: str) -> None:
+        self._registry: CollectorRegistry | None = registry
+        self._gauge = Gauge(name, documentation, registry=None)
+
+    def set(self, value: float) -> None:
+        self._gauge.set(value)
+        if self._registry is not None:
+            self._registry.register(self._gauge)
+            self._registry = None
 
 
 class Metrics:
@@ -147,10 +190,10 @@ class Metrics:
             registry=registry,
         )
         self.rotations = {result: rotations.labels(result) for result in get_args(RotationResult)}
-        self.last_rotation_success = Gauge(
+        self.last_rotation_success = _GaugeOnceKnown(
+            registry,
             "recoveryd_token_last_rotation_success_timestamp_seconds",
-            "When the token was last rotated successfully (Unix time; 0 before the first).",
-            registry=registry,
+            "When the token was last rotated successfully (Unix time; absent before the first).",
         )
         self.token_lockout = Gauge(
             "recoveryd_token_lockout",
@@ -158,13 +201,18 @@ class Metrics:
             "are made until a token that works is put in the credentials file.",
             registry=registry,
         )
-        self.account_limit = Gauge(
-            "recoveryd_account_limit",
-            "The account's limits (spec section 8) as the service last reported them, by "
-            "name; each in the unit its name says.",
-            ["limit"],
-            registry=registry,
-        )
+        # One family a unit (see ACCOUNT_LIMITS), so a sum or a comparison never mixes them.
+        self.account_limits = {
+            unit: Gauge(
+                "recoveryd_account_limit" + ("" if unit == "count" else f"_{unit}"),
+                "The account's limits "
+                + ("that are counts" if unit == "count" else f"in {unit}")
+                + ", as the service last reported them, by name.",
+                ["limit"],
+                registry=registry,
+            )
+            for unit in get_args(LimitUnit)
+        }
         self.task_crashes = Counter(
             "recoveryd_task_crashes",
             "Background tasks that ended with an exception and were restarted, by task.",
@@ -193,9 +241,10 @@ class Metrics:
             "Final dlqIds put back into the pipeline by a redrive.",
             registry=registry,
         )
-        self.dlq_retention = Gauge(
-            "recoveryd_account_dlq_retention_seconds",
-            "How long the service keeps a DLQ message (the account's "
-            "max_dlq_retention_time_milis): a dlqId not recovered by then is lost.",
-            registry=registry,
-        )
+
+    def set_account_limits(self, limits: Mapping[str, float]) -> None:
+        """Export the account record's limits (by wire name) that ACCOUNT_LIMITS knows."""
+        for field, value in limits.items():
+            if field in ACCOUNT_LIMITS:
+                name, unit, divisor = ACCOUNT_LIMITS[field]
+                self.account_limits[unit].labels(name).set(value / divisor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 import threading
@@ -103,6 +104,26 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _OnceEach(logging.Filter):
+    """Lets each distinct info line through once. uvicorn logs its lifecycle per server
+    ("Started server process [pid]", "Shutting down", "Finished server process [pid]"),
+    and serve runs a server per listener: without this, every such event is two lines.
+    Warnings and errors all pass; each is news."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        line = record.getMessage()
+        if line in self._seen:
+            return False
+        self._seen.add(line)
+        return True
+
+
 class _QuietServer(uvicorn.Server):
     """A server that leaves signals to its caller, which stops several servers at once."""
 
@@ -142,9 +163,13 @@ async def serve_until_stopped(
         handlers[signal.SIGHUP] = on_hangup
     for sig, handler in handlers.items():
         loop.add_signal_handler(sig, handler)
+    uvicorn_log = logging.getLogger("uvicorn.error")  # uvicorn's lifecycle lines, despite the name
+    once = _OnceEach()
+    uvicorn_log.addFilter(once)
     try:
         pairs = zip(servers, (sock for _, sock in listeners), strict=True)
         await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in pairs))
     finally:
+        uvicorn_log.removeFilter(once)
         for sig in handlers:
             loop.remove_signal_handler(sig)

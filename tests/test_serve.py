@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.account.support import emulator, send_callbacks, served_settings, wait_for
+from tests.account.support import status as daemon_status
 from tests.processes import Served, environ, serving
 from tests.support import (
     SIGNING_KEY_CURRENT,
@@ -27,6 +29,7 @@ from tests.support import (
     TOKEN,
     callback_json,
     signed,
+    workflows,
 )
 
 
@@ -272,3 +275,30 @@ def test_sighup_reloads_the_rules_and_refuses_a_broken_file(tmp_path: Path) -> N
     assert status == 0
     assert "rules refused; the running rules stay" in logs
     assert "rules[0].match: is required" in logs
+
+
+def test_each_server_lifecycle_event_is_logged_once(tmp_path: Path) -> None:
+    """serve runs a uvicorn server per listener (public and admin); the log still says
+    once that the process started, is shutting down and finished."""
+    with serving(tmp_path) as served:
+        status, logs = served.stop()
+    assert status == 0
+    for event in ("Started server process", "Shutting down", "Finished server process"):
+        assert logs.count(event) == 1, logs
+
+
+def test_calls_to_the_service_are_not_logged_a_line_each(tmp_path: Path) -> None:
+    """httpx would log an INFO line ("HTTP Request: GET ...") for every call to the
+    service; the daemon's own lines say what the calls were for."""
+    with emulator() as (service_url, control, _):
+        settings = served_settings(tmp_path, service_url, tmp_path / "credentials.json")
+        with serving(tmp_path, **settings) as served:
+            dlq_ids = control.post("/_emulator/dlq", json={"messages": workflows(2)}).json()
+            send_callbacks(served, dlq_ids["dlqIds"])
+            wait_for(lambda: daemon_status(served)["states"]["done"] == 2)
+            exit_status, logs = served.stop()
+        calls = control.get("/_emulator/journal").json()
+    assert exit_status == 0
+    assert len(calls) >= 3  # two reads and a resume, at least
+    assert "recoveryd serving" in logs  # the log did capture the session
+    assert "HTTP Request:" not in logs

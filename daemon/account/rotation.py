@@ -37,7 +37,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from daemon.account import credentials_file
 from daemon.account.credentials_file import CredentialsFileError, Saved
-from daemon.metrics import Metrics
+from daemon.metrics import ACCOUNT_LIMITS, Metrics
 from daemon.schedule import parse_schedule
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import Rotation, RotationResult
@@ -119,12 +119,10 @@ class Rotator:
     def adopt(self, limits: dict[str, int]) -> None:
         """Use the account's limits: the rate limit for calls, the rest as metrics."""
         self._client.limiter.learn(limits.get("max_requests_per_second"))
-        for name, value in limits.items():
-            self._metrics.account_limit.labels(name).set(value)
+        self._metrics.set_account_limits(limits)
         retention = limits.get("max_dlq_retention_time_milis")
         if retention is not None:
             self._dlq_retention = retention / 1000
-            self._metrics.dlq_retention.set(retention / 1000)
 
     def dlq_retention(self) -> float | None:
         """How long the service keeps a DLQ message (seconds), once it has said so."""
@@ -137,7 +135,8 @@ class Rotator:
         """Resolve a rotation a crash cut short, run the schedule, and watch a lockout
         for a token that works, for the block."""
         success = await self._store.last_rotation_success()
-        self._metrics.last_rotation_success.set(success or 0)
+        if success is not None:  # before the first rotation the gauge stays absent
+            self._metrics.last_rotation_success.set(success)
         tasks = [self._supervisor.spawn("rotation", self._recover_then_watch)]
         scheduler = None
         if self._schedule:
@@ -432,10 +431,13 @@ def missing_basic_credentials(credentials: Credentials) -> str | None:
 
 
 def _limits(record: AccountRecord) -> dict[str, int]:
-    """The limits of spec section 8 that the account record carries."""
+    """The limits of spec section 8 that the account record carries, by their wire names
+    (`timeout` is one too; `max_` fields the spec does not list yet are kept as well)."""
     fields = record.model_dump(exclude_none=True)
     return {
         name: value
         for name, value in fields.items()
-        if name.startswith("max_") and isinstance(value, int) and not isinstance(value, bool)
+        if (name.startswith("max_") or name in ACCOUNT_LIMITS)
+        and isinstance(value, int)
+        and not isinstance(value, bool)
     }

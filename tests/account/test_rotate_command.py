@@ -132,3 +132,35 @@ def test_refused_basic_credentials_end_in_failure(tmp_path: Path, service_url: s
     assert [p.name for p in tmp_path.iterdir() if "credentials" in p.name] == []
     assert check_token(service_url, TOKEN) == 404
     secrets_absent(done.stdout + done.stderr, TOKEN, PASSWORD, WRONG_PASSWORD)
+
+
+def test_a_rotation_prints_its_message_and_nothing_else(tmp_path: Path, service_url: str) -> None:
+    """A command run by hand: its answer on stdout, and no log line (the daemon's JSON
+    lines, such as "token rotation started", are for a log collector)."""
+    credentials = tmp_path / "credentials.json"
+    done = rotate_alone(tmp_path, service_url, credentials)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"token rotated (rotation 1); credentials saved to {credentials}\n"
+    assert done.stderr == ""
+
+
+def test_its_warnings_go_to_stderr_as_text_and_as_json_only_when_asked(
+    tmp_path: Path, service_url: str
+) -> None:
+    """A credentials file others can read is warned about on stderr: a line for a person
+    by default, JSON with RECOVERYD_LOG_FORMAT=json; stdout has the answer alone."""
+    credentials = tmp_path / "credentials.json"
+    credentials.write_text(json.dumps({"token": TOKEN}))
+    for log_format, rotation in (("", 1), ("json", 2)):
+        credentials.chmod(0o644)  # the rotation wrote it 0600 again: readable once more
+        done = rotate_alone(tmp_path, service_url, credentials, LOG_FORMAT=log_format)
+        assert done.returncode == 0, done.stderr
+        saved_to = f"credentials saved to {credentials}"
+        assert done.stdout == f"token rotated (rotation {rotation}); {saved_to}\n"
+        (line,) = done.stderr.splitlines()
+        assert "the credentials file can be read by others" in line
+        if log_format == "json":
+            assert json.loads(line)["level"] == "warning"
+        else:
+            assert not line.startswith("{"), line
+            assert "[warning  ]" in line

@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
 import httpx
 import structlog
+from prometheus_client.parser import text_string_to_metric_families
 
+from daemon.emulator.account import DEFAULT_LIMITS
 from tests.account.support import RESET, rotation_settings
 from tests.pipeline.support import RESUME_ALL, Harness, harness
 from tests.support import FAST_ROTATION, PASSWORD, TOKEN, USERNAME, workflows
@@ -78,8 +81,9 @@ async def test_scheduled_rotations_under_traffic_never_fail_a_call(tmp_path: Pat
         mode = stat.S_IMODE((tmp_path / "credentials.json").stat().st_mode)
         assert mode == 0o600
         assert current["limits"]["max_requests_per_second"] == 40
-        assert h.recoveryd.metric("recoveryd_account_limit", limit="max_requests_per_second") == 40
-        assert h.recoveryd.metric("recoveryd_account_dlq_retention_seconds") == 604_800
+        assert h.recoveryd.metric("recoveryd_account_limit", limit="requests_per_second") == 40
+        retention = h.recoveryd.metric("recoveryd_account_limit_seconds", limit="dlq_retention")
+        assert retention == 604_800
         assert h.recoveryd.metric("recoveryd_token_last_rotation_success_timestamp_seconds") > 0
         # Rotating every second: the latest may be under way as the status is read.
         status = await h.status()
@@ -213,3 +217,71 @@ async def test_no_reset_when_the_new_credentials_could_not_be_saved(tmp_path: Pa
         assert "could not be saved" in answer.json()["error"]
         assert await h.journal() == []
         assert h.emulator.account.rotations == 0
+
+
+# The account limits as exported: our names, one family a unit (spec section 8).
+EXPORTED_LIMITS = {
+    "recoveryd_account_limit": {
+        "requests_per_second",
+        "requests_per_day",
+        "requests_per_day_hard",
+        "endpoints_per_url_group",
+        "dlq_messages",
+        "retries",
+        "url_groups",
+        "schedules",
+        "events_size",
+        "parallelism",
+        "global_parallelism",
+        "queues",
+    },
+    "recoveryd_account_limit_bytes": {"message_size"},
+    "recoveryd_account_limit_seconds": {"dlq_retention", "delay", "request_timeout"},
+}
+
+
+async def test_account_limits_are_exported_by_our_names_one_family_a_unit(
+    tmp_path: Path,
+) -> None:
+    """After a rotation, the account record's limits are in three families (counts, bytes,
+    seconds) under label values of ours, milliseconds turned into seconds; the service's
+    field names (misspelt `_milis` included) appear nowhere in /metrics."""
+    async with harness(
+        tmp_path, RESUME_ALL, **rotation_settings(tmp_path / "credentials.json")
+    ) as h:
+        assert (await rotate(h)).status_code == 200
+        text = (await h.recoveryd.admin.get("/metrics")).text
+        rate = h.emulator.max_requests_per_second
+    limits = {
+        family.name: {sample.labels["limit"]: sample.value for sample in family.samples}
+        for family in text_string_to_metric_families(text)
+        if family.name in EXPORTED_LIMITS
+    }
+    assert {name: set(values) for name, values in limits.items()} == EXPORTED_LIMITS
+    assert limits["recoveryd_account_limit"]["requests_per_second"] == rate
+    assert limits["recoveryd_account_limit_bytes"]["message_size"] == 1_048_576
+    assert limits["recoveryd_account_limit_seconds"] == {
+        "dlq_retention": 604_800,  # max_dlq_retention_time_milis: 604800000
+        "delay": 604_800,
+        "request_timeout": 7200,
+    }
+    for wire in DEFAULT_LIMITS:
+        assert f'"{wire}"' not in text
+        assert not wire.startswith("max_") or wire not in text
+    assert "recoveryd_account_dlq_retention_seconds" not in text  # now dlq_retention above
+    # The credentials file keeps the service's names: it holds what the service said.
+    assert saved(tmp_path)["limits"] == DEFAULT_LIMITS | {"max_requests_per_second": rate}
+
+
+async def test_the_last_rotation_success_is_absent_before_the_first_rotation(
+    tmp_path: Path,
+) -> None:
+    """No series at all, not a 0 that reads as a rotation in 1970; there once one worked."""
+    name = "recoveryd_token_last_rotation_success_timestamp_seconds"
+    async with harness(
+        tmp_path, RESUME_ALL, **rotation_settings(tmp_path / "credentials.json")
+    ) as h:
+        assert name not in (await h.recoveryd.admin.get("/metrics")).text
+        assert (await rotate(h)).status_code == 200
+        text = (await h.recoveryd.admin.get("/metrics")).text
+    assert re.search(rf"^{name} \d", text, re.MULTILINE), text
