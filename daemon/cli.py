@@ -67,11 +67,30 @@ def serve(rules: Path | None) -> None:
         raise click.ClickException(str(exc)) from None
 
 
+class _HeaderPrefix(click.ParamType[str]):
+    name = "word"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        from daemon.settings import header_prefix
+
+        # The daemon's own check, so explain and test refuse exactly what serve refuses.
+        try:
+            return header_prefix(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 # check, explain and test: exit 1 for rules with problems, 2 for a file that cannot be read.
 _RULES_PATH = click.Path(dir_okay=False, path_type=Path)
+# The daemon's setting, read the same way, so a message is explained as `serve` would see
+# it: with RECOVERYD_HEADER_PREFIX=Upstash, an Upstash-Workflow-RunId makes a workflow run.
 _HEADER_PREFIX = click.option(
     "--header-prefix",
+    type=_HeaderPrefix(),
     envvar="RECOVERYD_HEADER_PREFIX",
+    show_envvar=True,
     default="Service",
     show_default=True,
     help="Prefix of the service's headers (Upstash for QStash).",
@@ -101,8 +120,9 @@ def check(path: Path | None) -> None:
 @click.argument("message", type=_RULES_PATH)
 @_HEADER_PREFIX
 def explain(rules: Path, message: Path, header_prefix: str) -> None:
-    """Which rule the DLQ message in MESSAGE (JSON of spec 2.1) matches, and the call it
-    would cause: method, path, query and the exact override headers, as JSON."""
+    """Which rule the DLQ message in MESSAGE (JSON, as the service returns it) matches, and
+    the call it would cause: method, path, query and the exact override headers, as JSON.
+    Sample messages are in the repository's examples/ folder."""
     from daemon.rules import facts
     from daemon.rules.explain import explain as explained
 

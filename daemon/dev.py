@@ -9,7 +9,9 @@ out of retries is dead-lettered and its signed failure callback reaches recovery
 which reads the dead letter, decides by the rules (billing restarted, transient failures
 resumed, canaries ignored...) and resumes or restarts runs in batches; the emulator then
 runs them against the app again. One line is printed per dead letter, service call,
-decision, batch and recovered run as it happens, and a summary at the end.
+decision, batch and recovered run as it happens, and a summary at the end: of the runs
+recoveryd recovered, how many then succeeded, failed again or were still running, and
+how many recoveries a rule's budget stopped.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from daemon.pipeline import Tuning
 from daemon.rules import FileError, Unreadable
 from daemon.serving import bind, serve
 from daemon.settings import load_settings
-from daemon.store import open_store
+from daemon.store import Store, open_store
+from daemon.store.records import OVER_BUDGET
 
 Echo = Callable[[str], None]
 WAVE_EVERY = 2.0  # seconds between waves of published runs
@@ -215,10 +218,13 @@ async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
                 async with live.watching():
                     await _traffic(emulator, workflows, app_url, callbacks, duration, forever)
                 live.line("stop", "traffic stopped; recoveryd finishes what is under way")
-            live.flush()
             async with open_store(store_url) as store:
                 states = (await store.status(time.time()))["states"]
-            _summary(echo, states, emulator, time.monotonic() - live.started)
+                records = await _records(store, emulator)
+            # No await from here on: the runs cannot move on between their last lines and
+            # the summary, so the two agree.
+            live.flush()
+            _summary(echo, states, records, emulator, time.monotonic() - live.started)
 
 
 @contextlib.asynccontextmanager
@@ -284,21 +290,65 @@ async def _traffic(
             loop.remove_signal_handler(sig)
 
 
-def _summary(echo: Echo, states: dict[str, int], emulator: Emulator, seconds: float) -> None:
+async def _records(store: Store, emulator: Emulator) -> list[dict[str, Any]]:
+    """recoveryd's record (as `/api/v1/dlq/{dlqId}` shows it) of every dead letter the
+    emulator made whose failure callback reached it."""
+    dead = [d.dlq_id for d in list(emulator.courier.deliveries.values()) if d.dlq_id]
+    found = [await store.record(dlq_id) for dlq_id in dead]
+    return [record for record in found if record is not None]
+
+
+def _fate(emulator: Emulator, run: Run | None) -> str:
+    """What became of a recovered run, read as its live line reads it: a dead letter is
+    final at once (the emulator marks the run failed only once its failure callback is
+    answered, which may be never once recoveryd has stopped)."""
+    delivery = emulator.courier.deliveries.get(run.delivery_id or "") if run else None
+    if delivery is None:
+        return "not seen by the emulator"
+    if delivery.state == "delivered":
+        return "succeeded"
+    if delivery.dlq_id is not None:
+        return "failed again"
+    return "still running"
+
+
+def _recovered(records: list[dict[str, Any]], emulator: Emulator) -> str:
+    """`2 succeeded, 3 failed again, 1 still running`: the fate of the new run made for
+    each dlqId recoveryd recovered (`done`). A run that failed again came back to the DLQ:
+    its new dlqId is one more failure callback received."""
+    runs = {run.source_dlq_id: run for run in emulator.store.runs}
+    done = [record["dlqId"] for record in records if record["state"] == "done"]
+    fates = Counter(_fate(emulator, runs.get(dlq_id)) for dlq_id in done)
+    shown = ["succeeded", "failed again", "still running"]
+    shown += [fate for fate in fates if fate not in shown]  # never, unless something is amiss
+    return ", ".join(f"{fates[fate]} {fate}" for fate in shown)
+
+
+def _summary(
+    echo: Echo,
+    states: dict[str, int],
+    records: list[dict[str, Any]],
+    emulator: Emulator,
+    seconds: float,
+) -> None:
+    """Each failure callback received is counted on exactly one line, from `received` to
+    `in flight`; the recovered runs are told apart by what became of them."""
     calls = Counter(_kind(call) for call in emulator.journal.calls)
-    succeeded = sum(run.status == "succeeded" for run in emulator.store.runs)
     recovered = states["done"]
+    over_budget = sum(
+        r["state"] == "skipped" and (r["reason"] or "").startswith(OVER_BUDGET) for r in records
+    )
+    skipped = states["skipped"] - over_budget
     in_flight = states["received"] + states["decided"] + states["batched"]
     total = sum(calls.values())
     per_run = f"{total / recovered:.1f}" if recovered else "-"
     echo("")
     echo(f"summary after {seconds:.1f}s")
     echo(f"  received    {sum(states.values()):4}  failure callbacks")
-    echo(
-        f"  recovered   {recovered:4}  resumed or restarted (new runs that succeeded: {succeeded})"
-    )
+    echo(f"  recovered   {recovered:4}  runs resumed or restarted: {_recovered(records, emulator)}")
+    echo(f"  stopped     {over_budget:4}  by a rule's budget: that run was recovered enough times")
+    echo(f"  skipped     {skipped:4}  ignored, or not for this version to carry out")
     echo(f"  gone        {states['gone']:4}  no longer in the DLQ")
-    echo(f"  skipped     {states['skipped']:4}  ignored, or not for this version to carry out")
     echo(f"  failed      {states['failed']:4}")
     echo(f"  dry-run     {states['dry-run']:4}")
     if in_flight:

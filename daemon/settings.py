@@ -69,6 +69,14 @@ def _listen(value: str) -> str:
     return value
 
 
+def header_prefix(value: str) -> str:
+    """`value` as the service's header prefix (`Service-Retries`...); `ValueError` if it is
+    not one word. Shared with the commands that take the prefix as a flag."""
+    if not _PREFIX_WORD.fullmatch(value):
+        raise ValueError(f"must be one word of letters, e.g. Service or Upstash; got {value!r}")
+    return value
+
+
 def _schedule(value: str) -> str:
     if value.strip():
         parse_schedule(value)
@@ -79,6 +87,7 @@ HttpUrl = Annotated[str, AfterValidator(http_url)]
 Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
 BaseUrl = Annotated[str, AfterValidator(_base_url)]
 Listen = Annotated[str, AfterValidator(_listen)]
+HeaderPrefix = Annotated[str, AfterValidator(header_prefix)]
 
 
 def _split_listen(value: str) -> tuple[str, int]:
@@ -108,20 +117,13 @@ class Settings(BaseModel):
     STORE: str = "sqlite:///recoveryd.db"
     LISTEN: Listen = "0.0.0.0:8080"
     ADMIN_LISTEN: Listen = "127.0.0.1:9090"
-    HEADER_PREFIX: str = "Service"
+    HEADER_PREFIX: HeaderPrefix = "Service"
     MAX_RPS: float | None = Field(default=None, gt=0)
     MAX_BODY_BYTES: int = Field(default=1024 * 1024, gt=0)
     MAX_REMOVALS_PER_HOUR: int = Field(default=10, ge=0)
     DRY_RUN: bool = False
     LOG_FORMAT: Literal["json", "console"] = "json"
     RETENTION: Duration = 7 * 86400.0
-
-    @field_validator("HEADER_PREFIX")
-    @classmethod
-    def _header_word(cls, value: str) -> str:
-        if not _PREFIX_WORD.fullmatch(value):
-            raise ValueError(f"must be one word of letters, e.g. Service or Upstash; got {value!r}")
-        return value
 
     @field_validator("STORE")
     @classmethod

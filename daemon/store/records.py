@@ -22,6 +22,9 @@ STATES: tuple[State, ...] = (
 FINAL: frozenset[State] = frozenset({"done", "gone", "skipped", "failed", "dry-run"})
 # Counted against a rule's budget: recoveries decided, under way or made.
 RECOVERING: tuple[State, ...] = ("decided", "batched", "done")
+# How the reason of a dlqId `skipped` because its rule's budget was spent begins, so that
+# a reader (the demo's summary) tells these from the ones a rule said to ignore.
+OVER_BUDGET = "budget: "
 
 
 @dataclass(frozen=True)

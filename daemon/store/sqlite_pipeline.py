@@ -13,6 +13,7 @@ from typing import Any
 
 from daemon.store.records import (
     FINAL,
+    OVER_BUDGET,
     RECOVERING,
     STATES,
     BatchRecord,
@@ -151,7 +152,7 @@ def settle(
             assert outcome.budget is not None
             state = "skipped"
             reason = (
-                f"budget: workflow run {outcome.workflow_run_id} already has "
+                f"{OVER_BUDGET}workflow run {outcome.workflow_run_id} already has "
                 f"{outcome.budget.max_recoveries} recoveries in the rule's window"
             )
         held = connection.execute(

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 
 from daemon.cli import main
@@ -16,6 +17,7 @@ from daemon.cli import main
 REPOSITORY = Path(__file__).parents[2]
 RULES = REPOSITORY / "rules.yaml"
 SAMPLES = REPOSITORY / "tests" / "testdata" / "samples"
+EXAMPLES = REPOSITORY / "examples"
 BAD = Path(__file__).parent / "testdata" / "bad"
 
 # Settings the commands read from the environment, unset so the defaults apply.
@@ -242,6 +244,101 @@ def test_explain_with_the_default_prefix_does_not_see_upstash_headers(tmp_path: 
     assert json.loads(prefixed.stdout)["rule"] == "restart-on-503"
 
 
+# The examples a user runs from a clone: each file, the rules it matches (in order).
+SHIPPED = {
+    "workflow-503.json": ["resume-transient-failures"],
+    "billing-workflow-503.json": ["restart-billing-on-5xx"],
+    "workflow-422.json": ["page-on-workflow-4xx", "everything-else"],
+    "endpoint-404.json": ["prune-dead-endpoints"],
+    "upstash-workflow-503.json": ["everything-else"],  # under the default prefix
+}
+
+
+def matched(result: Result) -> list[str]:
+    assert result.exit_code == 0, result.stderr
+    return [step["rule"] for step in json.loads(result.stdout)["matched"]]
+
+
+def test_every_shipped_example_is_tested_and_listed_in_its_readme() -> None:
+    """No example goes untested or unexplained to the user."""
+    assert sorted(path.name for path in EXAMPLES.glob("*.json")) == sorted(SHIPPED)
+    readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    for name in SHIPPED:
+        assert f"| `{name}` |" in readme
+        assert f"recoveryd explain rules.yaml examples/{name}" in readme
+
+
+@pytest.mark.parametrize(("name", "rules"), SHIPPED.items())
+def test_explain_of_each_shipped_example_names_its_rule(name: str, rules: list[str]) -> None:
+    """Each example explains with the repository's rules, as its README says."""
+    assert matched(invoke("explain", RULES, EXAMPLES / name)) == rules
+
+
+def test_the_readme_explain_command_works_from_the_top_of_a_clone() -> None:
+    """`recoveryd explain rules.yaml examples/workflow-503.json`, relative paths and all, in
+    a real process, shows the resume call."""
+    result = run("explain", "rules.yaml", "examples/workflow-503.json")
+    assert result.returncode == 0, result.stderr
+    [step] = json.loads(result.stdout)["matched"]
+    assert step["call"]["path"] == "/v2/workflows/dlq/resume"
+
+
+def test_explain_reads_the_header_prefix_from_the_daemons_setting() -> None:
+    """With RECOVERYD_HEADER_PREFIX=Upstash, as the daemon runs, an Upstash workflow run
+    matches the workflow rule and gets Upstash-* headers, not the catch-all."""
+    upstash = EXAMPLES / "upstash-workflow-503.json"
+    result = invoke("explain", RULES, upstash, env={"RECOVERYD_HEADER_PREFIX": "Upstash"})
+    assert matched(result) == ["resume-transient-failures"]
+    [step] = json.loads(result.stdout)["matched"]
+    assert step["call"]["headers"] == {"Upstash-Retries": "3", "Upstash-Label": "auto-resumed"}
+
+
+def test_explain_header_prefix_flag_wins_over_the_setting() -> None:
+    """--header-prefix beats RECOVERYD_HEADER_PREFIX, both ways."""
+    upstash, service = EXAMPLES / "upstash-workflow-503.json", EXAMPLES / "workflow-503.json"
+    env: dict[str, str | None] = {"RECOVERYD_HEADER_PREFIX": "Upstash"}
+    result = invoke("explain", RULES, upstash, "--header-prefix", "Service", env=env)
+    assert matched(result) == ["everything-else"]
+    result = invoke("explain", RULES, service, "--header-prefix", "Service", env=env)
+    assert matched(result) == ["resume-transient-failures"]
+    env = {"RECOVERYD_HEADER_PREFIX": "Service"}
+    result = invoke("explain", RULES, upstash, "--header-prefix", "Upstash", env=env)
+    assert matched(result) == ["resume-transient-failures"]
+
+
+def test_an_empty_header_prefix_setting_counts_as_unset() -> None:
+    """As for the daemon, a variable set to "" leaves the default, Service."""
+    env: dict[str, str | None] = {"RECOVERYD_HEADER_PREFIX": ""}
+    result = invoke("explain", RULES, EXAMPLES / "workflow-503.json", env=env)
+    assert matched(result) == ["resume-transient-failures"]
+
+
+@pytest.mark.parametrize("command", ["explain", "test"])
+@pytest.mark.parametrize("source", ["flag", "setting"])
+def test_a_header_prefix_that_is_not_one_word_is_refused_as_the_daemon_refuses_it(
+    tmp_path: Path, command: str, source: str
+) -> None:
+    """The daemon's own check and message, naming the flag and the variable; exit 2."""
+    tests = write(tmp_path / "tests.yaml", PASSING)
+    second = EXAMPLES / "workflow-503.json" if command == "explain" else tests
+    flag = ["--header-prefix", "X-Service"] if source == "flag" else []
+    env: dict[str, str | None] = {} if flag else {"RECOVERYD_HEADER_PREFIX": "X-Service"}
+    result = invoke(command, RULES, second, *flag, env=env)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.endswith(
+        "Error: Invalid value for '--header-prefix' (env var: 'RECOVERYD_HEADER_PREFIX'): "
+        "must be one word of letters, e.g. Service or Upstash; got 'X-Service'\n"
+    )
+
+
+@pytest.mark.parametrize("command", ["explain", "test"])
+def test_help_names_the_header_prefix_setting(command: str) -> None:
+    """--help says where the prefix comes from when the flag is not given."""
+    result = invoke(command, "--help")
+    assert "[env var: RECOVERYD_HEADER_PREFIX; default: Service]" in result.stdout
+
+
 def test_explain_with_invalid_rules_exits_1_with_the_problems(tmp_path: Path) -> None:
     """Rules with mistakes are refused before any message is read."""
     path = BAD / "unknown-action.yaml"
@@ -372,6 +469,28 @@ def test_test_refuses_a_tests_file_with_an_unknown_key(tmp_path: Path) -> None:
     assert f"{tests}:7:5: tests[1].expects: unknown key 'expects'; did you mean 'expect'?" in (
         result.stderr.splitlines()
     )
+
+
+UPSTASH_TESTS = """\
+tests:
+  - name: an Upstash run that answered 503 restarts
+    message: {dlqId: d1, responseStatus: 503, header: {Upstash-Workflow-RunId: [wfr_1]}}
+    expect: {rule: restart-on-503, headers: {Upstash-Retries: "4"}}
+"""
+
+
+def test_test_reads_the_header_prefix_from_the_daemons_setting(tmp_path: Path) -> None:
+    """`recoveryd test` decides as the daemon would under RECOVERYD_HEADER_PREFIX, and the
+    flag still wins."""
+    rules = write(tmp_path / "rules.yaml", TWO_RULES)
+    tests = write(tmp_path / "tests.yaml", UPSTASH_TESTS)
+    env: dict[str, str | None] = {"RECOVERYD_HEADER_PREFIX": "Upstash"}
+    result = invoke("test", rules, tests, env=env)
+    assert result.exit_code == 0, result.stdout
+    assert result.stdout.endswith("1 tests, 1 passed, 0 failed\n")
+    flagged = invoke("test", rules, tests, "--header-prefix", "Service", env=env)
+    assert flagged.exit_code == 1
+    assert "    expected rule 'restart-on-503', got none (no rule matches)\n" in flagged.stdout
 
 
 def test_test_of_a_missing_tests_file_exits_2(tmp_path: Path) -> None:
