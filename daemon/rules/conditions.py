@@ -81,7 +81,7 @@ class _Compiler:
                 parts.append(self.field(key, value, here))
             else:
                 guess = difflib.get_close_matches(str(key), [*FIELDS, *_COMBINATORS], n=1)
-                hint = f"did you mean {guess[0]!r}?" if guess else "see PRODUCT.md 4.1"
+                hint = f"did you mean {guess[0]!r}?" if guess else "docs/rules.md lists them"
                 parts.append(self.error(here, f"unknown field {key!r}; {hint}", at_key=True))
         return all_of(parts)
 
