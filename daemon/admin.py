@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -39,7 +39,9 @@ def admin_app(
     client: ServiceClient,
     on_redriven: Callable[[], None] = lambda: None,
     wall_clock: Callable[[], float] = time.time,
+    status_parts: Sequence[Callable[[], Awaitable[dict[str, Any]]]] = (),
 ) -> FastAPI:
+    """`status_parts` each add their keys to `/api/v1/status` (the sweeps' summary)."""
     app = FastAPI(
         title="recoveryd admin",
         docs_url=None,
@@ -77,7 +79,7 @@ def admin_app(
                 "source": ruleset.source,
             },
         }
-        return JSONResponse(answer)
+        return JSONResponse(answer | await _parts(status_parts))
 
     @app.post("/api/v1/redrive")
     async def redrive_dlq_ids(request: Request) -> JSONResponse:
@@ -109,6 +111,13 @@ def admin_app(
     return app
 
 
+async def _parts(parts: Sequence[Callable[[], Awaitable[dict[str, Any]]]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for part in parts:
+        merged |= await part()
+    return merged
+
+
 async def _read_store_gauges(store: Store, metrics: Metrics, now: float) -> None:
     # Read at scrape time, so they are right even with several replicas on one database;
     # a store that does not answer leaves the last values (and readiness fails).
@@ -119,6 +128,7 @@ async def _read_store_gauges(store: Store, metrics: Metrics, now: float) -> None
             metrics.dlq_ids.labels(state).set(count)
         metrics.oldest_pending.set(status["oldestPendingSeconds"])
         metrics.pending_batches.set(status["pendingBatches"])
+        metrics.notifications_pending.set(status["notifications"]["pending"])
         metrics.store_size.set(await store.size_bytes())
 
 

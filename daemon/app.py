@@ -21,9 +21,12 @@ from daemon.account import CredentialsFileError, RotationTiming, Rotator, Saved
 from daemon.account import credentials_file as credentials_files
 from daemon.account.rotation import missing_basic_credentials
 from daemon.admin import admin_app
+from daemon.endpoints.api import removal_routes
+from daemon.endpoints.remover import Remover
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
 from daemon.metrics import Metrics
+from daemon.notify.notifier import Notifier
 from daemon.pipeline import Pipeline, Tuning
 from daemon.pipeline.calls import observer
 from daemon.retention import Retention
@@ -31,6 +34,7 @@ from daemon.rules.live import LiveRules
 from daemon.settings import PREFIX, Settings, SettingsError
 from daemon.store import Store, StoreUnavailable, open_store
 from daemon.supervisor import Supervisor
+from daemon.sweeps import Sweeper, SweepRunner, SweepTiming, sweep_routes
 from daemon.upstream import (
     BreakerPolicy,
     Credentials,
@@ -70,6 +74,7 @@ async def running(
     rotation: RotationTiming | None = None,
     breaker: BreakerPolicy | None = None,
     http_timeout: float = 10.0,
+    sweeps: SweepTiming | None = None,
 ) -> AsyncIterator[Daemon]:
     """Load the rules, open the store and build both apps; on exit, pending commits land,
     then it closes. FileError or Unreadable when the rules cannot be used, SettingsError
@@ -77,7 +82,8 @@ async def running(
 
     `store_options` go to the store's `open` (timeouts and limits), `retry` and `breaker`
     to the service client, `tuning` to the pipeline, `rotation` to the token rotation,
-    `http_timeout` bounds each call to the service: tests make them short.
+    `sweeps` to the sweeps, `http_timeout` bounds each call to the service: tests make
+    them short.
     """
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
     rules = LiveRules(settings.RULES, metrics, wall_clock=wall_clock)
@@ -117,15 +123,30 @@ async def running(
             wall_clock=wall_clock,
             on_accepted=pipeline.wake,
         )
-        readiness = Readiness(
-            store, token_present=bool(credentials.token), rotator=rotator, supervisor=supervisor
-        )
+        readiness = Readiness(store, rotator=rotator, supervisor=supervisor)
+        sweeper = Sweeper(
+            rules, SweepRunner(client, store, metrics, wall_clock=wall_clock), store, metrics,
+            supervisor, dry_run=settings.DRY_RUN, timing=sweeps, wall_clock=wall_clock,
+        )  # fmt: skip
         admin = admin_app(
             store=store, metrics=metrics, rules=rules, rotator=rotator, client=client,
-            on_redriven=pipeline.wake, wall_clock=wall_clock,
+            on_redriven=pipeline.wake, wall_clock=wall_clock, status_parts=[sweeper.status],
         )  # fmt: skip
+        admin.include_router(sweep_routes(sweeper))
+        admin.include_router(removal_routes(store, client, metrics, wall_clock))
         pruning = supervisor.spawn("retention", retention.run, required=False)
-        async with pipeline.running(), rotator.running(), _cancelled_at_exit(pruning):
+        removing = supervisor.spawn(
+            "endpoint-remover", _remover(settings, store, client, metrics, tuning, wall_clock).run,
+            required=False,
+        )  # fmt: skip
+        async with (
+            pipeline.running(),
+            rotator.running(),
+            sweeper.running(),
+            _notifying(store, metrics, tuning, supervisor, wall_clock),
+            _cancelled_at_exit(pruning),
+            _cancelled_at_exit(removing),
+        ):
             yield Daemon(
                 store=store,
                 metrics=metrics,
@@ -214,6 +235,42 @@ def account(
     return client, rotator
 
 
+def _remover(
+    settings: Settings,
+    store: Store,
+    client: ServiceClient,
+    metrics: Metrics,
+    tuning: Tuning | None,
+    wall_clock: Callable[[], float],
+) -> Remover:
+    """remove-endpoint's removals, carried out with the pipeline's waits."""
+    tuning = tuning or Tuning()
+    return Remover(
+        store, client, metrics, max_per_hour=settings.MAX_REMOVALS_PER_HOUR,
+        retry_base=tuning.retry_base, retry_cap=tuning.retry_cap, idle_poll=tuning.idle_poll,
+        wall_clock=wall_clock,
+    )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def _notifying(
+    store: Store,
+    metrics: Metrics,
+    tuning: Tuning | None,
+    supervisor: Supervisor,
+    wall_clock: Callable[[], float],
+) -> AsyncIterator[Notifier]:
+    """The notify action's deliveries, on an HTTP client of their own: the receivers are
+    the users' webhooks, not the service (none of its rate limit, retries or breakers)."""
+    timing = (tuning or Tuning()).notify
+    async with httpx.AsyncClient(timeout=timing.timeout, follow_redirects=False) as http:
+        notifier = Notifier(
+            store, http, metrics, timing=timing, supervisor=supervisor, wall_clock=wall_clock
+        )
+        async with notifier.running():
+            yield notifier
+
+
 @contextlib.asynccontextmanager
 async def _cancelled_at_exit(task: asyncio.Task[None]) -> AsyncIterator[None]:
     try:
@@ -240,15 +297,12 @@ def _breaker_watch(metrics: Metrics) -> Callable[[str, str], None]:
 
 class Readiness:
     """`/readyz`: ready when the store answers and is healthy, every required task runs,
-    a token is present and the service is not refusing it (PRODUCT.md §2). The service
+    a token is present and the service is not refusing it. The service
     being down does not make the daemon unready: callbacks are still stored, and acted
     on once it is back."""
 
-    def __init__(
-        self, store: Store, *, token_present: bool, rotator: Rotator, supervisor: Supervisor
-    ) -> None:
+    def __init__(self, store: Store, *, rotator: Rotator, supervisor: Supervisor) -> None:
         self._store = store
-        self._token_present = token_present
         self._rotator = rotator
         self._supervisor = supervisor
 
@@ -259,8 +313,6 @@ class Readiness:
             await self._store.ping()
         except StoreUnavailable as exc:
             reasons.append(f"store: {exc}")
-        if not self._token_present:
-            reasons.append("no token: set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE")
         return reasons + self._rotator.problems() + self._supervisor.problems()
 
 

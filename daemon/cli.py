@@ -110,8 +110,6 @@ def check(path: Path | None) -> None:
     default: Path = Settings.model_fields["RULES"].default
     path = path or Path(os.environ.get(f"{PREFIX}RULES") or default)
     ruleset = _load_rules(path)
-    for warning in ruleset.not_carried_out():
-        click.echo(f"{path}: warning: {warning}", err=True)
     click.echo(f"{path}: ok: {len(ruleset.rules)} rules, {len(ruleset.sweeps)} sweeps")
 
 
@@ -223,7 +221,7 @@ def rotate_token(wait: float) -> None:
     from daemon.settings import SettingsError, load_settings
 
     try:
-        settings = load_settings(os.environ, require=("SERVICE_URL",))
+        settings = load_settings(os.environ, require=("SERVICE_URL",), daemon=False)
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     configure_command_logging(settings)
@@ -231,6 +229,52 @@ def rotate_token(wait: float) -> None:
         click.echo(asyncio.run(rotate_now(settings, wait)))
     except RotateError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+@click.option("--group", help="Only the removals from this URL Group.")
+@click.option("--json", "as_json", is_flag=True, help="Print them as JSON, as the admin API does.")
+def removals(group: str | None, as_json: bool) -> None:
+    """List the endpoints remove-endpoint rules took out of their URL Groups (and the
+    thresholds that did not lead to a removal, and why), each with its evidence and the
+    command that puts it back. A running daemon (on RECOVERYD_ADMIN_LISTEN) is asked;
+    with none running, the store (RECOVERYD_STORE) is read here."""
+    from daemon.endpoints.listing import described
+    from daemon.endpoints.restore import RemovalsError, removals_now
+    from daemon.logs import configure_command_logging
+    from daemon.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(os.environ, daemon=False)
+        configure_command_logging(settings)
+        found = asyncio.run(removals_now(settings, group))
+    except (SettingsError, RemovalsError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(found, indent=2) if as_json else described(found))
+
+
+@main.command("restore-endpoint")
+@click.argument("group")
+@click.argument("name")
+def restore_endpoint(group: str, name: str) -> None:
+    """Put the endpoint NAME that recoveryd removed back into the URL Group GROUP, with the
+    name and url its removal recorded. NAME is the endpoint's name, or its url when it has
+    none (quote it for the shell). A running daemon (on RECOVERYD_ADMIN_LISTEN) is asked to
+    do it; with none running, it is done here. Exit status: 0 restored, 1 not (no such
+    removal, restored already, or the service refused; the reason is printed)."""
+    from daemon.endpoints.restore import RemovalsError, restore_now
+    from daemon.logs import configure_command_logging
+    from daemon.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(os.environ, require=("SERVICE_URL",), daemon=False)
+        configure_command_logging(settings)
+        answer = asyncio.run(restore_now(settings, group, name))
+    except (SettingsError, RemovalsError) as exc:
+        raise click.ClickException(str(exc)) from None
+    endpoint = answer["endpoint"]
+    shown = f"{endpoint['name']} ({endpoint['url']})" if endpoint.get("name") else endpoint["url"]
+    click.echo(f"restored endpoint {shown} to URL Group {group} (removal {answer['removal']})")
 
 
 @main.command()
@@ -260,7 +304,7 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
     from daemon.settings import SettingsError, load_settings
 
     try:
-        settings = load_settings(os.environ)
+        settings = load_settings(os.environ, daemon=False)
         configure_command_logging(settings)
         wanted = {"states": list(states), "rule": rule, "dryRun": not yes}
         selection = RedriveFilter.from_json({**wanted, "since": f"{since}s" if since else None})
@@ -277,3 +321,33 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
         click.echo(f"redriven: {which}; they will be fetched and decided again")
     else:
         click.echo(f"would redrive {which}; run again with --yes to do it")
+
+
+@main.command()
+@click.argument("name")
+@click.option(
+    "--dry-run", is_flag=True, help="List what the sweep would select now; act on nothing."
+)
+@click.option(
+    "--rules",
+    type=_RULES_PATH,
+    help="Rules file holding the sweep (default: RECOVERYD_RULES, or rules.yaml).",
+)
+def sweep(name: str, dry_run: bool, rules: Path | None) -> None:
+    """What sweep NAME would select now, without acting (--dry-run): each failed workflow
+    run its filter selects (relative dates resolved now), at most maxPerRun, then how
+    many. The service is asked with RECOVERYD_SERVICE_URL and the daemon's credentials.
+    Without --dry-run it refuses: a sweep runs on its schedule in `recoveryd serve`."""
+    from daemon.logs import configure_command_logging
+    from daemon.settings import SettingsError, load_settings
+    from daemon.sweeps.command import NOT_BY_HAND, SweepCommandError
+    from daemon.sweeps.command import dry_run as list_selection
+
+    if not dry_run:
+        raise click.UsageError(NOT_BY_HAND.format(name=name))
+    try:
+        settings = load_settings(os.environ, require=("SERVICE_URL",))
+        configure_command_logging(settings)
+        asyncio.run(list_selection(settings, rules or settings.RULES, name, click.echo))
+    except (SettingsError, SweepCommandError) as exc:
+        raise click.ClickException(str(exc)) from None

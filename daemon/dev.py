@@ -1,17 +1,33 @@
 """`recoveryd dev`: the zero-configuration demo, recoveryd recovering real failures live.
 
 On loopback it starts the bundled service emulator, a small workflow app (the user's
-side) and recoveryd itself, with the repository's rules.yaml on a temporary SQLite
-store. Every two seconds a wave of workflow runs is published through the emulator,
-which delivers them for real: /billing is down (503) for a while and then recovers,
-/reports fails for good (500), /canary answers 503 and /signup 422. A delivery that runs
-out of retries is dead-lettered and its signed failure callback reaches recoveryd,
-which reads the dead letter, decides by the rules (billing restarted, transient failures
-resumed, canaries ignored...) and resumes or restarts runs in batches; the emulator then
-runs them against the app again. One line is printed per dead letter, service call,
-decision, batch and recovered run as it happens, and a summary at the end: of the runs
-recoveryd recovered, how many then succeeded, failed again or were still running, and
-how many recoveries a rule's budget stopped.
+side) and recoveryd itself, with a copy of the repository's rules.yaml on a temporary
+SQLite store. Every two seconds a wave of workflow runs is published through the
+emulator, which delivers them for real: /billing is down (503) for a while and then
+recovers, /reports fails for good (500), /canary answers 503 and /signup 422. A delivery
+that runs out of retries is dead-lettered and its signed failure callback reaches
+recoveryd, which reads the dead letter and decides by the rules. Each action and a sweep
+happen for real:
+
+* resume and restart: billing restarted, transient failures resumed, in batches; the
+  emulator then runs them against the app again (canaries are ignored);
+* notify: the copy's notify webhook is the app's, so the summaries /signup's 422 causes
+  are posted for real;
+* remove-endpoint: each wave also goes to the URL Group `orders`, three endpoints on the
+  app of which `legacy` answers 410 (decommissioned); at the rule's threshold recoveryd
+  reads the group and takes `legacy` out of it (`recoveryd restore-endpoint` puts it
+  back);
+* a sweep: a few shipping runs are in the DLQ from before the demo, their failure
+  callbacks never answered (`CALLBACK_FAIL`), so no rule ever saw them: the story sweeps
+  exist for. The copy runs each sweep every SWEEP_EVERY instead of on its schedule (a
+  nightly sweep would never fire during a demo).
+
+The demo changes only its copy of the rules, never the user's file. One line is printed
+per dead letter, service call, decision, batch, notification, removal, sweep run and
+recovered run as it happens, and a summary at the end: each failure callback received
+counted once (of the runs recovered, how many then succeeded, failed again or were still
+running; how many recoveries a rule's budget stopped; the failures of a dead endpoint
+counted...), then the notifications delivered, the endpoints removed and the runs swept.
 """
 
 from __future__ import annotations
@@ -19,11 +35,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+import shlex
 import signal
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    MutableMapping,
+    Sequence,
+)
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -39,18 +65,30 @@ from daemon.emulator import Emulator, EmulatorConfig, create_app
 from daemon.emulator.delivery import Delivery
 from daemon.emulator.emulator import PublishRequest
 from daemon.emulator.journal import Call
-from daemon.emulator.state import Run
+from daemon.emulator.state import Endpoint, Run, SeedMessage
 from daemon.pipeline import Tuning
-from daemon.rules import FileError, Unreadable
+from daemon.rules import FileError, Unreadable, load_rules
+from daemon.rules.model import SweepSpec
 from daemon.serving import bind, serve
 from daemon.settings import load_settings
 from daemon.store import Store, open_store
 from daemon.store.records import OVER_BUDGET
+from daemon.store.sweep_records import SweepRun
 
 Echo = Callable[[str], None]
 WAVE_EVERY = 2.0  # seconds between waves of published runs
-FAILING = {"reports": 500, "canary": 503, "signup": 422}
+FAILING = {"reports": 500, "canary": 503, "signup": 422, "orders-legacy": 410}
+HEALTHY = {"orders-eu", "orders-us", "shipping"}  # /billing is healthy once its outage ends
 RECOVERED = {"restart": "restarted", "resume": "resumed"}
+WEBHOOK = "/hooks/recoveryd"  # the app's on-call webhook, where notify rules post
+GROUP = "orders"  # a URL Group of three endpoints on the app, by name: the app's path
+ENDPOINTS = {"eu": "orders-eu", "us": "orders-us", "legacy": "orders-legacy"}
+MISSED = 3  # shipping runs dead-lettered before the demo, their failure callbacks missed
+# Each sweep's schedule in the demo's copy of the rules: short enough that a sweep fires
+# within the 10s demo CI runs, long enough that it fires once or twice, not every wave.
+SWEEP_EVERY = "8s"
+_NOTIFY_URL = re.compile(r'notify: \{url: "[^"]*"\}')
+_SCHEDULE = re.compile(r"""^([ \t]+schedule: )("[^"]*"|'[^']*'|\S+)""", re.MULTILINE)
 
 
 class DemoError(Exception):
@@ -71,7 +109,12 @@ class Workflows:
     def __init__(self, outage: float) -> None:
         self.outage = outage
         self.healthy_at = float("inf")
-        self.app = Starlette(routes=[Route("/{name}", self.step, methods=["POST"])])
+        self.app = Starlette(
+            routes=[
+                Route(WEBHOOK, self.notified, methods=["POST"]),
+                Route("/{name}", self.step, methods=["POST"]),
+            ]
+        )
 
     def start(self) -> None:
         self.healthy_at = time.monotonic() + self.outage
@@ -80,9 +123,47 @@ class Workflows:
         name = request.path_params["name"]
         if name == "billing":
             status = 200 if time.monotonic() >= self.healthy_at else 503
+        elif name in HEALTHY:
+            status = 200
         else:
             status = FAILING.get(name, 404)
         return JSONResponse({"ok": status == 200}, status_code=status)
+
+    async def notified(self, request: Request) -> Response:
+        return Response(status_code=204)
+
+
+def demo_rules(text: str, webhook: str) -> str:
+    """The demo's copy of a rules file: notify rules post to the app's `webhook`, and
+    each sweep runs every SWEEP_EVERY instead of on its schedule (a nightly sweep would
+    never fire during a demo). The rest, rules and sweeps alike, is the user's."""
+    text = _NOTIFY_URL.sub(f'notify: {{url: "{webhook}"}}', text)
+    return _SCHEDULE.sub(rf'\g<1>"{SWEEP_EVERY}"', text)
+
+
+def seed_group(emulator: Emulator, app_url: str) -> None:
+    """The URL Group `orders` (as `POST /_emulator/url-groups` makes it): three endpoints
+    on the app, of which `legacy` was decommissioned and answers 410."""
+    endpoints = [Endpoint(url=f"{app_url}/{path}", name=name) for name, path in ENDPOINTS.items()]
+    emulator.store.put_group(GROUP, endpoints, emulator.now_ms())
+
+
+def seed_missed(emulator: Emulator, app_url: str, callback_url: str) -> set[str]:
+    """Shipping runs that failed half an hour ago while recoveryd was down (as
+    `POST /_emulator/dlq` seeds them): in the DLQ, their failure callbacks never answered
+    (CALLBACK_FAIL) and never sent again, so no rule saw them and only a sweep finds them.
+    /shipping is back now. Their dlqIds."""
+    url = f"{app_url}/shipping"
+    then = emulator.now_ms() - 30 * 60 * 1000
+    seeds = [
+        SeedMessage(
+            url=url, body=json.dumps({"shipment": n}), maxRetries=2, createdAt=then,
+            responseStatus=503, labels=["shipping"], workflowRunId=f"wfr_shipping_{n}",
+            workflowUrl=url, failureCallback=callback_url, failureFunctionState="CALLBACK_FAIL",
+        )
+        for n in range(MISSED)
+    ]  # fmt: skip
+    return {entry.dlq_id for entry in emulator.seed(seeds)}
 
 
 def wave(n: int) -> list[tuple[str, list[str]]]:
@@ -99,7 +180,8 @@ def wave(n: int) -> list[tuple[str, list[str]]]:
 
 class Live:
     """Prints what happens as it happens: the emulator's deliveries and service calls,
-    read from its state, and recoveryd's decisions and batches, from its log events."""
+    read from its state, and recoveryd's decisions, batches, notifications, removals and
+    sweep runs, from its log events."""
 
     def __init__(self, echo: Echo, emulator: Emulator) -> None:
         self.echo = echo
@@ -107,38 +189,40 @@ class Live:
         self.started = time.monotonic()
         self.calls_seen = 0
         self.deliveries_seen: set[str] = set()
+        self.missed: set[str] = set()  # dlqIds only a sweep finds: their new runs are swept
 
     def line(self, what: str, text: str) -> None:
         self.echo(f"{time.monotonic() - self.started:6.1f}s  {what:<9} {text}")
 
     def flush(self) -> None:
+        """What the emulator did since the last flush, in the order cause and effect
+        happen: a dead letter before the calls it leads to, a recovered run after them."""
         runs = {run.delivery_id: run for run in self.emulator.store.runs}
+        recovered = []
         for delivery in list(self.emulator.courier.deliveries.values()):
             final = delivery.state == "delivered" or delivery.dlq_id is not None
             if final and delivery.id not in self.deliveries_seen:
                 self.deliveries_seen.add(delivery.id)
-                self.line(*_delivered(delivery, runs.get(delivery.id)))
+                run = runs.get(delivery.id)
+                shown = _delivered(delivery, run, self.missed)
+                if run is None:
+                    self.line(*shown)
+                else:
+                    recovered.append(shown)
         calls = self.emulator.journal.calls
         for call in calls[self.calls_seen :]:
             self.line("call", _call(call))
         self.calls_seen = len(calls)
+        for shown in recovered:
+            self.line(*shown)
 
     def on_log(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> NoReturn:
         """A structlog processor: recoveryd's events as concise lines, nothing else."""
         self.flush()  # the calls and dead letters that led to this event come first
         name = event.pop("event")
-        if name == "decided":
-            rule = f"{event['rule']} -> {event['action']}" if event["rule"] else "no rule"
-            state = "" if event["state"] == "decided" else f" ({event['state']})"
-            also = [m for m in event["matched"] if m != event["rule"]]
-            after = f"  [after {', '.join(also)}]" if also else ""
-            self.line("decided", f"{event['dlq_id']}  {rule}{state}{after}")
-        elif name == "batch sent":
-            runs = f"{event['dlq_ids']} dlqIds, {event['runs']} new runs"
-            self.line("sent", f"{event['action']} batch {event['batch']}: {runs}")
-        elif name == "dlq message already gone":
-            self.line("gone", f"{event['dlq_id']} is no longer in the DLQ")
-        elif method != "debug":
+        if name in _EVENT_LINES:
+            self.line(*_EVENT_LINES[name](event))
+        elif name not in _QUIET and method != "debug":
             details = " ".join(f"{key}={value}" for key, value in event.items())
             self.line(method, f"{name} {details}")
         raise structlog.DropEvent
@@ -170,12 +254,103 @@ class Live:
             await asyncio.gather(task, return_exceptions=True)
 
 
-def _delivered(delivery: Delivery, run: Run | None) -> tuple[str, str]:
-    """A delivery's line: a published run or one recoveryd resumed or restarted."""
+Event = MutableMapping[str, Any]
+Line = tuple[str, str]  # what happened, and the rest of the line
+
+
+def _decided(event: Event) -> Line:
+    rule = f"{event['rule']} -> {event['action']}" if event["rule"] else "no rule"
+    if event["state"] == "decided":  # to be resumed or restarted: its batch line follows
+        state = ""
+    elif event["action"] == "remove-endpoint" and event["state"] == "done":
+        state = " (one more failure of its endpoint counted)"
+    else:
+        state = f" ({event['state']})"
+    also = [m for m in event["matched"] if m != event["rule"]]
+    after = f"  [after {', '.join(also)}]" if also else ""
+    return "decided", f"{event['dlq_id']}  {rule}{state}{after}"
+
+
+def _batch_sent(event: Event) -> Line:
+    runs = f"{event['dlq_ids']} dlqIds, {event['runs']} new runs"
+    return "sent", f"{event['action']} batch {event['batch']}: {runs}"
+
+
+def _notified(event: Event) -> Line:
+    receiver = f"{event['receiver']}{WEBHOOK}"
+    return "notified", f"{event['dlq_id']}  {event['rule']} posted to {receiver}"
+
+
+def _gone(event: Event) -> Line:
+    return "gone", f"{event['dlq_id']} is no longer in the DLQ"
+
+
+def _over_budget(event: Event) -> Line:
+    return "stopped", f"{event['dlq_id']}  {event['rule']}: budget spent, not recovered"
+
+
+def _removed(event: Event) -> Line:
+    group, endpoint = event["url_group"], event["endpoint"]
+    return "removed", (
+        f"endpoint {endpoint} from URL Group {group} ({event['rule']}); "
+        f"undo: {_restore_command(group, endpoint)}"
+    )
+
+
+def _not_removed(event: Event) -> Line:
+    where = f"endpoint {event['endpoint']} of URL Group {event['url_group']}"
+    return "kept", f"{where}: {event['result']}, {event['reason']}"
+
+
+def _swept(event: Event) -> Line:
+    n, result = event["workflows"], event["result"]
+    if result == "dry-run":
+        what = f"{_plural(n, 'run')} selected, none recovered (dry run)"
+    else:
+        what = f"{_plural(n, 'run')} recovered" if n else "nothing to recover"
+    if result not in ("success", "dry-run"):
+        what += f" ({result}: {event['error']})"
+    return "swept", f"sweep {event['sweep']} run {event['run']}: {what}"
+
+
+# recoveryd's log events shown as a line of their own; other events at info and above
+# are shown as they are, but for _QUIET ones, which another line already tells.
+_EVENT_LINES: dict[str, Callable[[Event], Line]] = {
+    "decided": _decided,
+    "batch sent": _batch_sent,
+    "notification sent": _notified,
+    "dlq message already gone": _gone,
+    "budget spent; not recovered": _over_budget,
+    "endpoint removed": _removed,
+    "endpoint not removed": _not_removed,
+    "sweep run ended": _swept,
+}
+_QUIET = {
+    "sweep scheduled",  # the header says when the sweeps run
+    "sweep run started",  # its "sweep run ended" line follows
+    "removing endpoint",  # its "endpoint removed" line follows
+}
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _restore_command(group: str, endpoint: str) -> str:
+    return f"recoveryd restore-endpoint {shlex.quote(group)} {shlex.quote(endpoint)}"
+
+
+def _delivered(delivery: Delivery, run: Run | None, missed: set[str]) -> Line:
+    """A delivery's line: a published message, or a run recoveryd resumed or restarted
+    (`swept` when a sweep did, for a dlqId whose failure callback was missed)."""
     message = delivery.message
-    who = message.workflow.run_id if message.workflow else message.message_id
     if run is not None:
-        who = f"{RECOVERED[run.mode]} run of {run.source_dlq_id}"
+        how = "swept" if run.source_dlq_id in missed else RECOVERED[run.mode]
+        who = f"{how} run of {run.source_dlq_id}"
+    elif message.topic_name is not None:
+        who = f"{message.topic_name}/{message.endpoint_name or message.url}"
+    else:
+        who = message.workflow.run_id if message.workflow else message.message_id
     answer = f"{who}: {message.method} {urlsplit(message.url).path} -> {delivery.last_status}"
     if delivery.state == "delivered":
         return "ok", answer
@@ -183,9 +358,16 @@ def _delivered(delivery: Delivery, run: Run | None) -> tuple[str, str]:
 
 
 def _call(call: Call) -> str:
+    """A service call's line; a bulk call by dlqIds shows the first few, one by filter
+    (a sweep's) its filter."""
     ids = [value for name, value in call.query if name == "dlqIds"]
-    shown = f" ({len(ids)} dlqIds: {', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})"
-    return f"{call.method} {call.path} -> {call.status}" + (shown if ids else "")
+    if ids:
+        shown = f" ({len(ids)} dlqIds: {', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})"
+    elif call.query:
+        shown = f" ({', '.join(f'{name}={value}' for name, value in call.query)})"
+    else:
+        shown = ""
+    return f"{call.method} {call.path} -> {call.status}{shown}"
 
 
 def _kind(call: Call) -> str:
@@ -196,6 +378,7 @@ def _kind(call: Call) -> str:
 async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
     """The demo for `duration` seconds (until Ctrl-C with `forever`), then its summary."""
     rules = repo_rules()
+    sweeps = _sweeps(rules)
     config = EmulatorConfig(delivery_retry_delay=0.1)
     emulator_app = create_app(config)
     emulator: Emulator = emulator_app.state.emulator
@@ -204,27 +387,75 @@ async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
     with tempfile.TemporaryDirectory(prefix="recoveryd-dev-") as tmp, live.logging():
         store_url = f"sqlite:///{Path(tmp) / 'recoveryd.db'}"
         async with serve(emulator_app) as emulator_url, serve(workflows.app) as app_url:
-            async with _recoveryd(config, emulator_url, rules, store_url) as (callbacks, admin):
-                echo("recoveryd dev: the service emulator, a workflow app and recoveryd")
-                echo(f"  emulator   {emulator_url}  (control API under /_emulator/)")
-                echo(f"  workflows  {app_url}  /billing 503 for {workflows.outage:g}s, then 200;")
-                echo("             /reports 500 for good, /canary 503, /signup 422")
-                echo(f"  recoveryd  {callbacks}  admin {admin}/api/v1/status")
-                echo(f"  rules      {rules}")
-                if forever:
-                    echo(f"poke at {admin}/api/v1/dlq/<dlqId> and {emulator_url}/_emulator/runs")
+            local_rules = Path(tmp) / "rules.yaml"
+            local_rules.write_text(demo_rules(rules.read_text(), f"{app_url}{WEBHOOK}"))
+            async with _recoveryd(config, emulator_url, local_rules, store_url) as (
+                callbacks,
+                admin,
+            ):
+                seed_group(emulator, app_url)
+                live.missed = seed_missed(emulator, app_url, callbacks)
+                at = Addresses(emulator_url, app_url, callbacks, admin)
+                _header(echo, at, rules, sweeps, workflows.outage, forever)
                 until = "Ctrl-C" if forever else f"{duration:g}s"
-                echo(f"a wave of workflow runs every {WAVE_EVERY:g}s, until {until}:")
+                echo(
+                    f"a wave of workflow runs, and a message to URL Group {GROUP}, every "
+                    f"{WAVE_EVERY:g}s, until {until}:"
+                )
                 async with live.watching():
                     await _traffic(emulator, workflows, app_url, callbacks, duration, forever)
                 live.line("stop", "traffic stopped; recoveryd finishes what is under way")
-            async with open_store(store_url) as store:
-                states = (await store.status(time.time()))["states"]
-                records = await _records(store, emulator)
+            found = await _recorded(store_url, emulator, sweeps)
             # No await from here on: the runs cannot move on between their last lines and
             # the summary, so the two agree.
             live.flush()
-            _summary(echo, states, records, emulator, time.monotonic() - live.started)
+            _summary(echo, found, emulator, sweeps, time.monotonic() - live.started)
+
+
+def _sweeps(rules: Path) -> tuple[SweepSpec, ...]:
+    """The sweeps of the user's rules file, as written: the header tells how the demo's
+    copy changes their schedule."""
+    try:
+        return load_rules(rules).sweeps
+    except (FileError, Unreadable) as exc:
+        raise DemoError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Where the demo's servers listen."""
+
+    emulator: str
+    app: str
+    callbacks: str
+    admin: str
+
+
+def _header(
+    echo: Echo,
+    at: Addresses,
+    rules: Path,
+    sweeps: Sequence[SweepSpec],
+    outage: float,
+    forever: bool,
+) -> None:
+    """What runs where, what fails how, and what the demo's copy of the rules changes."""
+    echo("recoveryd dev: the service emulator, a workflow app and recoveryd")
+    echo(f"  emulator   {at.emulator}  (control API under /_emulator/)")
+    echo(f"  workflows  {at.app}  /billing 503 for {outage:g}s, then 200;")
+    echo("             /reports 500 for good, /canary 503, /signup 422, /shipping 200;")
+    echo(f"             URL Group {GROUP}: endpoints eu and us 200, legacy 410 (decommissioned)")
+    echo(f"  DLQ        {MISSED} shipping runs failed before the demo, their callbacks missed")
+    echo(f"  recoveryd  {at.callbacks}  admin {at.admin}/api/v1/status")
+    echo(f"  rules      {rules}, changed in the demo's copy only:")
+    echo(f"             notify posts to {at.app}{WEBHOOK}")
+    for spec in sweeps:
+        every = f'every {SWEEP_EVERY} (in the file: "{spec.schedule}")'
+        echo(f"             sweep {spec.name} runs {every}")
+    if forever:
+        echo(f"poke at {at.admin}/api/v1/dlq/<dlqId>, {at.admin}/api/v1/removals,")
+        echo(f"  {at.admin}/api/v1/sweeps and {at.emulator}/_emulator/runs; put legacy back with")
+        echo(f"  curl -X POST {at.admin}/api/v1/removals/{GROUP}/legacy/restore")
 
 
 @contextlib.asynccontextmanager
@@ -274,12 +505,7 @@ async def _traffic(
         async with asyncio.timeout(None if forever else duration):
             n = 0
             while not stop.is_set():
-                for name, labels in wave(n):
-                    emulator.publish(PublishRequest(
-                        url=f"{app_url}/{name}", body=json.dumps({"wave": n}), maxRetries=2,
-                        workflowRunId=f"wfr_{name}_{n}", labels=labels,
-                        failureCallback=callback_url,
-                    ))  # fmt: skip
+                _publish_wave(emulator, n, app_url, callback_url)
                 n += 1
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), WAVE_EVERY)
@@ -288,6 +514,39 @@ async def _traffic(
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _publish_wave(emulator: Emulator, n: int, app_url: str, callback_url: str) -> None:
+    """The n-th wave: its workflow runs, and an order to every endpoint of the URL Group
+    (a plain message, not a workflow run: only remove-endpoint acts on its failures)."""
+    for name, labels in wave(n):
+        emulator.publish(PublishRequest(
+            url=f"{app_url}/{name}", body=json.dumps({"wave": n}), maxRetries=2,
+            workflowRunId=f"wfr_{name}_{n}", labels=labels, failureCallback=callback_url,
+        ))  # fmt: skip
+    emulator.publish(PublishRequest(
+        topic=GROUP, body=json.dumps({"order": n}), maxRetries=2, failureCallback=callback_url
+    ))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What recoveryd recorded, read from its store once it has stopped."""
+
+    states: dict[str, int]  # dlqIds by state
+    records: list[dict[str, Any]]  # each dlqId's record, as /api/v1/dlq/{dlqId} shows it
+    removals: list[dict[str, Any]]  # as /api/v1/removals shows them
+    sweep_runs: dict[str, list[SweepRun]]  # each sweep's runs (the store keeps the last 100)
+
+
+async def _recorded(store_url: str, emulator: Emulator, sweeps: Sequence[SweepSpec]) -> Recorded:
+    async with open_store(store_url) as store:
+        return Recorded(
+            states=(await store.status(time.time()))["states"],
+            records=await _records(store, emulator),
+            removals=await store.removals(),
+            sweep_runs={spec.name: await store.sweep_runs(spec.name, 1000) for spec in sweeps},
+        )
 
 
 async def _records(store: Store, emulator: Emulator) -> list[dict[str, Any]]:
@@ -312,46 +571,128 @@ def _fate(emulator: Emulator, run: Run | None) -> str:
     return "still running"
 
 
-def _recovered(records: list[dict[str, Any]], emulator: Emulator) -> str:
-    """`2 succeeded, 3 failed again, 1 still running`: the fate of the new run made for
-    each dlqId recoveryd recovered (`done`). A run that failed again came back to the DLQ:
-    its new dlqId is one more failure callback received."""
-    runs = {run.source_dlq_id: run for run in emulator.store.runs}
-    done = [record["dlqId"] for record in records if record["state"] == "done"]
-    fates = Counter(_fate(emulator, runs.get(dlq_id)) for dlq_id in done)
+def _fates(emulator: Emulator, runs: Iterable[Run | None]) -> str:
+    """`2 succeeded, 3 failed again, 1 still running`: what became of new runs."""
+    fates = Counter(_fate(emulator, run) for run in runs)
     shown = ["succeeded", "failed again", "still running"]
     shown += [fate for fate in fates if fate not in shown]  # never, unless something is amiss
     return ", ".join(f"{fates[fate]} {fate}" for fate in shown)
 
 
+def _recovered(records: list[dict[str, Any]], emulator: Emulator) -> str:
+    """The fate of the new run made for each dlqId recoveryd resumed or restarted
+    (`done`). A run that failed again came back to the DLQ: its new dlqId is one more
+    failure callback received."""
+    runs = {run.source_dlq_id: run for run in emulator.store.runs}
+    done = [r["dlqId"] for r in records if r["state"] == "done" and r["action"] in RECOVERED]
+    return _fates(emulator, (runs.get(dlq_id) for dlq_id in done))
+
+
+def _row(label: str, n: int, text: str = "") -> str:
+    """A line of the summary: what, how many, and what that counts."""
+    return f"  {label:<12}{n:4}  {text}".rstrip()
+
+
+INDENT = " " * 20  # where a row's text starts: a line that goes on under it
+
+
 def _summary(
     echo: Echo,
-    states: dict[str, int],
-    records: list[dict[str, Any]],
+    found: Recorded,
     emulator: Emulator,
+    sweeps: Sequence[SweepSpec],
     seconds: float,
 ) -> None:
-    """Each failure callback received is counted on exactly one line, from `received` to
-    `in flight`; the recovered runs are told apart by what became of them."""
-    calls = Counter(_kind(call) for call in emulator.journal.calls)
-    recovered = states["done"]
+    """The failure callbacks received, each on one line; then what recoveryd did besides
+    recovering runs: notifications, removals and sweeps; then the calls it made."""
+    echo("")
+    echo(f"summary after {seconds:.1f}s")
+    recovered = _callback_lines(echo, found, emulator)
+    _notified_line(echo, found.records)
+    _removal_lines(echo, found.removals)
+    swept = sum(_sweep_line(echo, spec, found.sweep_runs[spec.name], emulator) for spec in sweeps)
+    _calls_line(echo, emulator, recovered + swept)
+
+
+def _callback_lines(echo: Echo, found: Recorded, emulator: Emulator) -> int:
+    """Each failure callback received is counted on exactly one line, from `recovered`
+    to `in flight`, by what became of its dlqId; the recovered runs are told apart by
+    what became of them. The number of runs recovered."""
+    states, records = found.states, found.records
+    done = Counter(record["action"] for record in records if record["state"] == "done")
+    recovered = sum(done[action] for action in RECOVERED)
+    counted = done["remove-endpoint"]
+    reported = done.total() - recovered - counted  # a notify rule that does not `continue`
     over_budget = sum(
         r["state"] == "skipped" and (r["reason"] or "").startswith(OVER_BUDGET) for r in records
     )
-    skipped = states["skipped"] - over_budget
     in_flight = states["received"] + states["decided"] + states["batched"]
-    total = sum(calls.values())
-    per_run = f"{total / recovered:.1f}" if recovered else "-"
-    echo("")
-    echo(f"summary after {seconds:.1f}s")
-    echo(f"  received    {sum(states.values()):4}  failure callbacks")
-    echo(f"  recovered   {recovered:4}  runs resumed or restarted: {_recovered(records, emulator)}")
-    echo(f"  stopped     {over_budget:4}  by a rule's budget: that run was recovered enough times")
-    echo(f"  skipped     {skipped:4}  ignored, or not for this version to carry out")
-    echo(f"  gone        {states['gone']:4}  no longer in the DLQ")
-    echo(f"  failed      {states['failed']:4}")
-    echo(f"  dry-run     {states['dry-run']:4}")
+    echo(_row("received", sum(states.values()), "failure callbacks, each counted once below"))
+    fates = _recovered(records, emulator)
+    echo(_row("recovered", recovered, f"runs resumed or restarted: {fates}"))
+    enough = "by a rule's budget: that workflow was recovered enough times"
+    echo(_row("stopped", over_budget, enough))
+    echo(_row("counted", counted, "failures of a dead endpoint, towards removing it"))
+    if reported:
+        echo(_row("reported", reported, "decided by a notify rule: posting was all to do"))
+    echo(_row("skipped", states["skipped"] - over_budget, "ignored, or the action did not apply"))
+    echo(_row("gone", states["gone"], "no longer in the DLQ"))
+    echo(_row("failed", states["failed"]))
+    echo(_row("dry-run", states["dry-run"]))
     if in_flight:
-        echo(f"  in flight   {in_flight:4}  (received, decided or batched when it stopped)")
+        echo(_row("in flight", in_flight, "(received, decided or batched when it stopped)"))
+    return recovered
+
+
+def _notified_line(echo: Echo, records: list[dict[str, Any]]) -> None:
+    sent = sum(n["state"] == "sent" for record in records for n in record["notifications"])
+    echo(_row("notified", sent, "summaries delivered to the webhook (for dlqIds counted above)"))
+
+
+def _removal_lines(echo: Echo, removals: list[dict[str, Any]]) -> None:
+    """The endpoints removed; then each threshold reached, with what came of it."""
+    removed = sum(removal["state"] == "removed" for removal in removals)
+    echo(_row("removed", removed, "dead endpoints taken out of their URL Group"))
+    for removal in removals:
+        echo(INDENT + _removal(removal))
+
+
+def _removal(removal: dict[str, Any]) -> str:
+    endpoint = removal["endpoint"]["name"] or removal["endpoint"]["url"]
+    group, state, evidence = removal["urlGroup"], removal["state"], removal["evidence"]
+    statuses = ", ".join(sorted({str(failure["responseStatus"]) for failure in evidence}))
+    text = f"{endpoint} from {group} after {_plural(len(evidence), 'failure')} ({statuses})"
+    if state == "removed":
+        return f"{text}; undo: {_restore_command(group, endpoint)}"
+    return f"{text}: {state}, {removal['reason'] or 'under way when recoveryd stopped'}"
+
+
+def _sweep_line(echo: Echo, spec: SweepSpec, runs: list[SweepRun], emulator: Emulator) -> int:
+    """The runs a sweep recovered, by the runs of it the store recorded, and what became
+    of them; their number. In the demo they are the dead letters whose failure callbacks
+    were missed."""
+    made = [
+        item["workflowRunId"]
+        for run in runs
+        if not run.dry_run
+        for page in run.page_records
+        if page.outcome == "done"
+        for item in page.items
+    ]
+    by_id = {run.workflow_run_id: run for run in emulator.store.runs}
+    fates = _fates(emulator, (by_id.get(run_id) for run_id in made))
+    how = f"runs {RECOVERED[spec.action]} by sweep {spec.name}: {fates}"
+    echo(_row("swept", len(made), how))
+    ran = _plural(len(runs), "time")
+    echo(f"{INDENT}(found by its filter, not by a failure callback; the sweep ran {ran})")
+    return len(made)
+
+
+def _calls_line(echo: Echo, emulator: Emulator, recovered: int) -> None:
+    """Every call made to the service, by kind, and per run recovered by a rule or a
+    sweep: what the batches and the bulk calls by filter save."""
+    calls = Counter(_kind(call) for call in emulator.journal.calls)
+    total = calls.total()
+    per_run = f"{total / recovered:.1f}" if recovered else "-"
     kinds = ", ".join(f"{n} {kind}" for kind, n in calls.most_common())
-    echo(f"  calls made  {total:4}  ({kinds}): {per_run} per recovered run")
+    echo(f"{_row('calls made', total)}  ({kinds}): {per_run} per recovered run")

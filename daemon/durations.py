@@ -16,3 +16,12 @@ def parse_duration(text: str) -> float:
             f"a duration is a number followed by ms, s, m, h or d, e.g. 30s; got {text!r}"
         )
     return float(match[1]) * _UNITS[match[2]]
+
+
+def shown_duration(seconds: float) -> str:
+    """`seconds` as users write it: `10m`, `36h`, `90s`, `1.5s`; the largest whole unit."""
+    for unit in ("d", "h", "m", "s"):
+        size = _UNITS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

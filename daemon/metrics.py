@@ -176,6 +176,25 @@ class Metrics:
             "Batches persisted whose call has not been settled (read at scrape time).",
             registry=registry,
         )
+        self.budget_exhausted = Counter(
+            "recoveryd_budget_exhausted",
+            "Recoveries a rule's budget stopped: the workflow was recovered maxRecoveries "
+            "times within the window already (the dlqId ends skipped).",
+            ["rule"],
+            registry=registry,
+        )
+        self.notifications = Counter(
+            "recoveryd_notifications",
+            "Attempts to post a notify rule's summary, by rule and result: sent (answered "
+            "2xx), retried (to be made again), failed (given up).",
+            ["rule", "result"],
+            registry=registry,
+        )
+        self.notifications_pending = Gauge(
+            "recoveryd_notifications_pending",
+            "Notifications queued and not yet sent or given up (read at scrape time).",
+            registry=registry,
+        )
         self.recovered = Counter(
             "recoveryd_recovered",
             "dlqIds whose bulk resume or restart the service accepted, by action.",
@@ -239,6 +258,48 @@ class Metrics:
         self.redriven = Counter(
             "recoveryd_redriven",
             "Final dlqIds put back into the pipeline by a redrive.",
+            registry=registry,
+        )
+        # By URL Group, never by endpoint: a group has few, an account may have thousands.
+        self.endpoint_failures = Counter(
+            "recoveryd_endpoint_failures",
+            "Failures of URL Group endpoints counted by remove-endpoint rules, by URL Group.",
+            ["url_group"],
+            registry=registry,
+        )
+        self.endpoint_removals = Counter(
+            "recoveryd_endpoint_removals",
+            "Thresholds of remove-endpoint rules reached, by what came of them: removed, "
+            "gone (not in the group any more), kept_last (keepLastEndpoint), capped "
+            "(RECOVERYD_MAX_REMOVALS_PER_HOUR), read_failed (the group could not be read), "
+            "failed (the service refused the removal).",
+            ["result"],
+            registry=registry,
+        )
+        self.endpoint_restores = Counter(
+            "recoveryd_endpoint_restores",
+            "Removed endpoints put back into their URL Group, by result: restored, failed.",
+            ["result"],
+            registry=registry,
+        )
+        self.sweep_runs = Counter(
+            "recoveryd_sweep_runs",
+            "Runs of a sweep by result: success, failure (the service refused a call), "
+            "unknown (a page's answer was lost), interrupted (recoveryd stopped mid-run), "
+            "dry-run.",
+            ["sweep", "result"],
+            registry=registry,
+        )
+        self.sweep_recovered = Counter(
+            "recoveryd_sweep_recovered",
+            "Workflow runs a sweep resumed or restarted, as the service reported them.",
+            ["sweep", "action"],
+            registry=registry,
+        )
+        self.sweep_last_success = Gauge(
+            "recoveryd_sweep_last_success_timestamp_seconds",
+            "When the sweep's last successful run finished (Unix time; absent before it).",
+            ["sweep"],
             registry=registry,
         )
 

@@ -97,32 +97,19 @@ async def redrive(store: Store, selection: RedriveFilter, now: float) -> dict[st
 
 async def redrive_now(settings: Settings, selection: RedriveFilter, now: float) -> dict[str, Any]:
     """Ask the daemon on RECOVERYD_ADMIN_LISTEN; with none there, redrive in the store."""
-    from daemon.account.rotate_command import admin_url
+    from daemon.admin_client import DaemonError, admin_url, ask_daemon
     from daemon.store import open_store
 
     admin = admin_url(settings)
     if admin is not None:
         try:
-            return await _ask_daemon(admin, selection)
+            return await ask_daemon(admin, "POST", "/api/v1/redrive", json=selection.model_dump())
         except httpx.ConnectError:
             pass  # no daemon: work on the store here
-        except httpx.HTTPError as exc:
-            raise RedriveError(f"the daemon at {admin} did not answer: {exc!r}") from None
+        except (httpx.TimeoutException, DaemonError) as exc:
+            raise RedriveError(str(exc) or f"no answer from the daemon at {admin}") from None
     try:
         async with open_store(settings.STORE, release_leases=False) as store:
             return await redrive(store, selection, now)
     except StoreUnavailable as exc:
         raise RedriveError(f"RECOVERYD_STORE: {exc}") from None
-
-
-async def _ask_daemon(admin: str, selection: RedriveFilter) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=2.0)) as http:
-        response = await http.post(f"{admin}/api/v1/redrive", json=selection.model_dump())
-    try:
-        answer = response.json()
-    except ValueError:
-        answer = None
-    if response.status_code == 200 and isinstance(answer, dict):
-        return answer
-    error = answer.get("error") if isinstance(answer, dict) else None
-    raise RedriveError(str(error or f"the daemon at {admin} answered {response.status_code}"))

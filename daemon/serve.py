@@ -28,7 +28,7 @@ class StartError(Exception):
 def serve(environ: Mapping[str, str] = os.environ, *, rules: Path | None = None) -> None:
     """Run the daemon in the foreground; StartError when a setting or a listener is bad."""
     try:
-        overrides = {"RULES": rules} if rules is not None else {}
+        overrides: dict[str, Any] = {"RULES": rules} if rules is not None else {}
         # Required by serve, unlike dev (which runs its own emulator).
         settings = load_settings(environ, require=("SERVICE_URL",), **overrides)
     except SettingsError as exc:

@@ -21,6 +21,7 @@ from pydantic import (
     SecretStr,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -143,11 +144,12 @@ class Settings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> Settings:
+    def _consistent(self, info: ValidationInfo) -> Settings:
         problems = _across(
             lambda name: getattr(self, name) is not None,
             rotating=bool(self.ROTATE_SCHEDULE.strip()),
             allow_unsigned=self.ALLOW_UNSIGNED,
+            daemon=_for_daemon(info),
         )
         if problems:
             raise _NamedErrors(problems)
@@ -195,14 +197,22 @@ class Settings(BaseModel):
         return token
 
 
-def _across(present: Callable[[str], bool], *, rotating: bool, allow_unsigned: bool) -> list[str]:
+def _for_daemon(info: ValidationInfo) -> bool:
+    return bool((info.context or {}).get("daemon", True))
+
+
+def _across(
+    present: Callable[[str], bool], *, rotating: bool, allow_unsigned: bool, daemon: bool
+) -> list[str]:
     """The checks across settings, one line each naming its variable. Only presence
     matters to them, so they run on the raw values too when some value is bad: every
-    problem is reported at once."""
+    problem is reported at once. A one-shot command (`daemon` false) needs no token to
+    serve with and checks no callback signature."""
     problems = []
     if present("TOKEN") and present("TOKEN_FILE"):
         problems.append("TOKEN_FILE: set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE, not both")
-    if not (present("TOKEN") or present("TOKEN_FILE") or present("CREDENTIALS_FILE")):
+    has_token = present("TOKEN") or present("TOKEN_FILE") or present("CREDENTIALS_FILE")
+    if daemon and not has_token:
         problems.append("TOKEN: required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE")
     if rotating and not present("CREDENTIALS_FILE"):
         problems.append(
@@ -211,7 +221,7 @@ def _across(present: Callable[[str], bool], *, rotating: bool, allow_unsigned: b
         )
     if present("SIGNING_KEY_NEXT") and not present("SIGNING_KEY_CURRENT"):
         problems.append("SIGNING_KEY_CURRENT: required when RECOVERYD_SIGNING_KEY_NEXT is set")
-    elif not present("SIGNING_KEY_CURRENT") and not allow_unsigned:
+    elif daemon and not present("SIGNING_KEY_CURRENT") and not allow_unsigned:
         problems.append(
             "SIGNING_KEY_CURRENT: required: without a signing key anyone could forge "
             "callbacks (set RECOVERYD_ALLOW_UNSIGNED=true to accept unsigned callbacks)"
@@ -228,10 +238,16 @@ class _NamedErrors(ValueError):
 
 
 def load_settings(
-    environ: Mapping[str, str], *, require: Collection[str] = (), **overrides: Any
+    environ: Mapping[str, str],
+    *,
+    require: Collection[str] = (),
+    daemon: bool = True,
+    **overrides: Any,
 ) -> Settings:
     """Settings from `environ` (RECOVERYD_* only) and `overrides` (e.g. from the command
-    line); `require` names settings the command needs that others may leave out.
+    line); `require` names settings the command needs that others may leave out, and
+    `daemon` false spares a one-shot command the daemon's own needs (a token to call
+    with, a signing key to check callbacks with).
 
     A variable set to the empty string counts as unset, as a Helm chart renders an
     optional value left out. Raises `SettingsError` listing every problem at once, a line
@@ -254,9 +270,9 @@ def load_settings(
     values.update(overrides)
     problems += [f"{PREFIX}{name}: required" for name in require if values.get(name) is None]
     try:
-        settings = Settings.model_validate(values)
+        settings = Settings.model_validate(values, context={"daemon": daemon})
     except ValidationError as exc:
-        problems += _lines(exc, values)
+        problems += _lines(exc, values, daemon)
     if problems:
         raise SettingsError("\n".join(problems))
     return settings
@@ -276,7 +292,7 @@ def _nearest(name: str) -> str | None:
     return PREFIX + near[0] if near else None
 
 
-def _lines(exc: ValidationError, values: Mapping[str, Any]) -> list[str]:
+def _lines(exc: ValidationError, values: Mapping[str, Any], daemon: bool) -> list[str]:
     """A line for each bad setting (its first error), then the checks across settings,
     which pydantic skips while any value is bad."""
     lines: dict[str, str] = {}
@@ -296,7 +312,7 @@ def _lines(exc: ValidationError, values: Mapping[str, Any]) -> list[str]:
         lines[field] = f"{PREFIX}{field}: {message}"
     rotating = bool(str(values.get("ROTATE_SCHEDULE") or "").strip())
     across = _across(lambda name: values.get(name) is not None, rotating=rotating,
-                     allow_unsigned=_true(values.get("ALLOW_UNSIGNED")))  # fmt: skip
+                     allow_unsigned=_true(values.get("ALLOW_UNSIGNED")), daemon=daemon)  # fmt: skip
     return [*lines.values(), *across]
 
 

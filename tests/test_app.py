@@ -6,6 +6,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+from tests.account.support import rotation_settings
+from tests.pipeline.support import RESUME_ALL, harness
 from tests.support import Recoveryd, callback_json, running_recoveryd
 
 
@@ -32,6 +34,18 @@ async def test_readyz_is_503_with_the_reason_when_there_is_no_token(tmp_path: Pa
         response = await recoveryd.public.get("/readyz")
         assert response.status_code == 503
         assert "no token" in response.json()["error"]
+
+
+async def test_readyz_is_200_once_a_rotation_brings_the_token_the_start_lacked(
+    tmp_path: Path,
+) -> None:
+    """Readiness is read at each probe: a daemon started with a credentials file still to
+    be written becomes ready when the reset (basic auth, no token needed) gives it one."""
+    settings = rotation_settings(tmp_path / "credentials.json", TOKEN="")
+    async with harness(tmp_path, RESUME_ALL, **settings) as h:
+        assert (await h.recoveryd.public.get("/readyz")).status_code == 503
+        assert (await h.recoveryd.admin.post("/-/rotate-token", timeout=30)).status_code == 200
+        assert (await h.recoveryd.public.get("/readyz")).status_code == 200
 
 
 async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> None:

@@ -37,24 +37,33 @@ def test_help_lists_the_commands() -> None:
     assert "emulator" in result.stdout
 
 
-def test_dev_shows_recoveryd_deciding_and_recovering_live_then_sums_up() -> None:
-    """`recoveryd dev` runs the real daemon against the emulator: a line per decision and
-    per service call as they happen, then a summary. A recovered run is not a success
-    until its new run succeeds: the summary splits the recovered runs by what became of
-    them, in numbers that add up and agree with the live lines, which follow the
+def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
+    """`recoveryd dev` runs the real daemon against the emulator: a line per decision,
+    service call, notification, endpoint removal and sweep run as they happen, then a
+    summary. Within 12s all four actions and a sweep happen (the demo's copy of the rules
+    runs the sweep every 8s): runs resumed and restarted, a notification posted, the
+    decommissioned endpoint taken out of its URL Group, and the dead letters whose
+    failure callbacks were missed swept up. A recovered run is not a success until its
+    new run succeeds: the summary splits the recovered and the swept runs by what became
+    of them, in numbers that add up and agree with the live lines, which follow the
     emulator's runs; every failure callback received is counted on one line."""
-    result = run("dev", "--duration", "6s")
+    result = run("dev", "--duration", "12s")
     assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert re.search(r"dead +wfr_billing_0: POST /billing -> 503 \(3 attempts\)", out)
-    assert re.search(r"call +GET /v2/dlq/\S+ -> 200", out)
-    assert re.search(r"decided +\S+  restart-billing-on-5xx -> restart\n", out)
-    assert re.search(r"decided +\S+  resume-transient-failures -> resume\n", out)
-    assert re.search(r"decided +\S+  ignore-canaries -> ignore \(skipped\)", out)
-    assert re.search(r"call +POST /v2/workflows/dlq/restart -> 200 \(\d+ dlqIds: ", out)
-    assert re.search(r"sent +restart batch \d+: \d+ dlqIds, \d+ new runs", out)
-    assert re.search(r"ok +restarted run of \S+: POST /billing -> 200", out)
-    live, summary = out.split("\nsummary after ")
+    header, rest = result.stdout.split(" until 12s:\n")
+    live, summary = rest.split("\nsummary after ")
+    assert 'sweep nightly-resume runs every 8s (in the file: "0 3 * * *")' in header
+    assert re.search(r"notify posts to http://127\.0\.0\.1:\d+/hooks/recoveryd\n", header)
+
+    # resume and restart
+    assert re.search(r"dead +wfr_billing_0: POST /billing -> 503 \(3 attempts\)", live)
+    assert re.search(r"call +GET /v2/dlq/\S+ -> 200", live)
+    assert re.search(r"decided +\S+  restart-billing-on-5xx -> restart\n", live)
+    assert re.search(r"decided +\S+  resume-transient-failures -> resume\n", live)
+    assert re.search(r"decided +\S+  ignore-canaries -> ignore \(skipped\)", live)
+    assert re.search(r"call +POST /v2/workflows/dlq/restart -> 200 \(\d+ dlqIds: ", live)
+    assert re.search(r"sent +restart batch \d+: \d+ dlqIds, \d+ new runs", live)
+    assert re.search(r"sent +resume batch \d+: \d+ dlqIds, \d+ new runs", live)
+    assert re.search(r"ok +restarted run of \S+: POST /billing -> 200", live)
     recovered = re.search(
         r"\n  recovered +(\d+)  runs resumed or restarted: "
         r"(\d+) succeeded, (\d+) failed again, (\d+) still running\n",
@@ -67,11 +76,58 @@ def test_dev_shows_recoveryd_deciding_and_recovering_live_then_sums_up() -> None
     assert succeeded == len(re.findall(r"\bok +(restarted|resumed) run of ", live))
     assert failed_again == len(re.findall(r"\bdead +(restarted|resumed) run of ", live))
     assert succeeded < runs  # /reports fails for good: its resumed runs never succeed
-    counts = dict(
-        re.findall(r"\n  (stopped|skipped|gone|failed|dry-run|in flight) +(\d+)", summary)
+
+    # notify
+    notified = re.findall(
+        r"notified +\S+  page-on-workflow-4xx posted to http://127\.0\.0\.1:", live
     )
-    assert set(counts) >= {"stopped", "skipped", "gone", "failed", "dry-run"}
-    received = re.search(r"\n  received +(\d+)  failure callbacks\n", summary)
+    assert notified
+    assert re.search(rf"\n  notified +{len(notified)}  summaries delivered to the webhook", summary)
+
+    # remove-endpoint
+    legacy = re.findall(r"dead +orders/legacy: POST /orders-legacy -> 410 \(3 attempts\)", live)
+    assert len(legacy) >= 3  # the rule's threshold
+    assert re.search(r"decided +\S+  prune-dead-endpoints -> remove-endpoint \(", live)
+    read = live.index("call      GET /v2/topics/orders -> 200")
+    deleted = live.index("call      DELETE /v2/topics/orders/endpoints -> 200")
+    undo = "undo: recoveryd restore-endpoint orders legacy"
+    removed = re.findall(
+        rf"removed +endpoint legacy from URL Group orders \(prune-dead-endpoints\); {undo}\n", live
+    )
+    assert len(removed) == 1
+    assert read < deleted < live.index("removed   endpoint legacy")
+    assert re.search(
+        r"\n  removed +1  dead endpoints taken out of their URL Group\n"
+        rf" +legacy from orders after \d+ failures \(410\); {undo}\n",
+        summary,
+    )
+    assert re.search(rf"\n  counted +{len(legacy)}  failures of a dead endpoint", summary)
+
+    # the sweep, of the dead letters whose failure callbacks never reached recoveryd
+    assert re.search(r"call +POST /v2/workflows/dlq/resume -> 200 \(.*CALLBACK_FAIL", live)
+    sweep_runs = re.findall(r"swept +sweep nightly-resume run \d+: (\d+) runs? recovered", live)
+    assert sweep_runs
+    swept = re.search(
+        r"\n  swept +(\d+)  runs resumed by sweep nightly-resume: "
+        r"(\d+) succeeded, (\d+) failed again, (\d+) still running\n",
+        summary,
+    )
+    assert swept is not None, summary
+    swept_runs, swept_ok, swept_failed, swept_running = map(int, swept.groups())
+    assert swept_runs == sum(map(int, sweep_runs)) >= 1
+    assert swept_runs == swept_ok + swept_failed + swept_running
+    assert swept_ok == len(re.findall(r"\bok +swept run of \S+: POST /shipping -> 200", live))
+    assert swept_failed == len(re.findall(r"\bdead +swept run of ", live))
+
+    # every failure callback received counted once
+    counts = dict(
+        re.findall(
+            r"\n  (stopped|counted|reported|skipped|gone|failed|dry-run|in flight) +(\d+)", summary
+        )
+    )
+    assert set(counts) >= {"stopped", "counted", "skipped", "gone", "failed", "dry-run"}
+    assert int(counts["stopped"]) == len(re.findall(r"stopped +\S+  \S+: budget spent", live))
+    received = re.search(r"\n  received +(\d+)  failure callbacks", summary)
     assert received is not None
     assert int(received.group(1)) == runs + sum(map(int, counts.values()))
     assert re.search(r"calls made +\d+ .*: \d+\.\d per recovered run", summary)

@@ -13,6 +13,7 @@ import asyncio
 import httpx
 
 from daemon.account.rotation import RotationRefused
+from daemon.admin_client import DaemonError, admin_url, ask_daemon
 from daemon.settings import Settings, SettingsError
 from daemon.store import StoreUnavailable
 from daemon.store.records import Rotation
@@ -27,7 +28,7 @@ async def rotate_now(settings: Settings, wait: float) -> str:
     admin = admin_url(settings)
     if admin is not None:
         try:
-            return await _ask_daemon(admin, wait)
+            await ask_daemon(admin, "POST", "/-/rotate-token", wait=wait)
         except httpx.ConnectError:
             pass  # no daemon: rotate here
         except httpx.TimeoutException:
@@ -35,23 +36,11 @@ async def rotate_now(settings: Settings, wait: float) -> str:
                 f"no answer from the daemon at {admin} within {wait:g}s; "
                 "GET /api/v1/status there shows the rotation"
             ) from None
-        except httpx.HTTPError as exc:
-            raise RotateError(f"the daemon at {admin} did not answer: {exc!r}") from None
+        except DaemonError as exc:
+            raise RotateError(str(exc)) from None
+        else:
+            return f"token rotated by the daemon at {admin}"
     return await _rotate_here(settings, wait)
-
-
-async def _ask_daemon(admin: str, wait: float) -> str:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(wait, connect=2.0)) as http:
-        response = await http.post(f"{admin}/-/rotate-token")
-    try:
-        answer = response.json()
-    except ValueError:
-        answer = {}
-    if not isinstance(answer, dict):
-        answer = {}
-    if response.status_code == 200:
-        return f"token rotated by the daemon at {admin}"
-    raise RotateError(str(answer.get("error") or f"the daemon answered {response.status_code}"))
 
 
 async def _rotate_here(settings: Settings, wait: float) -> str:
@@ -79,12 +68,3 @@ def _described(rotation: Rotation, settings: Settings) -> str:
         raise RotateError(f"token rotation ended in {rotation.result}: {rotation.reason}")
     saved_to = settings.CREDENTIALS_FILE
     return f"token rotated (rotation {rotation.id}); credentials saved to {saved_to}"
-
-
-def admin_url(settings: Settings) -> str | None:
-    """Where a daemon with these settings listens for admin calls, seen from here."""
-    host, port = settings.admin_listen
-    if port == 0:
-        return None
-    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -113,8 +113,16 @@ class Rotator:
         return self._schedule
 
     def problems(self) -> list[str]:
-        """Why the daemon cannot call the service (for readiness); empty when it can."""
-        return [self._trouble] if self._trouble else []
+        """Why the daemon cannot call the service (for readiness); empty when it can. Read
+        at each probe: a rotation or a token written to the credentials file may bring a
+        token that the start did not have."""
+        problems = [self._trouble] if self._trouble else []
+        if not self._holder.current.token:
+            problems.append(
+                "no token: set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE, or write it to the "
+                "credentials file"
+            )
+        return problems
 
     def adopt(self, limits: dict[str, int]) -> None:
         """Use the account's limits: the rate limit for calls, the rest as metrics."""

@@ -154,14 +154,21 @@ class Batch:
     cursor: str  # "" when nothing that matches is left for this walk
 
 
-def select_batch(entries: Iterable[DlqEntry], query: BulkQuery, *, newest_seq: int) -> Batch:
+def select_batch(
+    entries: Iterable[DlqEntry],
+    query: BulkQuery,
+    *,
+    newest_seq: int,
+    page_size: int = MAX_RUNS_PER_CALL,
+) -> Batch:
     """The entries one bulk call processes, in DLQ order, and the cursor for the next call.
 
     `newest_seq` is the sequence of the newest DLQ entry now; it bounds a walk that starts
-    with this call.
+    with this call. `page_size` is the most a call takes, and what it takes without `count`
+    (the listing of failed workflow runs pages by 100, `listing.py`).
     """
     walk = query.cursor or Cursor(after_seq=-1, upto_seq=newest_seq)
-    limit = min(query.count or MAX_RUNS_PER_CALL, MAX_RUNS_PER_CALL)
+    limit = min(query.count or page_size, page_size)
     candidates = [
         entry
         for entry in entries

@@ -25,19 +25,21 @@ class FaultSpec(BaseModel):
     """A fault as `POST /_emulator/faults` takes it.
 
     `status`: answer `status` with `{"error"}`, and `Retry-After` when `retryAfter` is
-    given. `latency`: wait `seconds`, then answer normally. `drop`: start an answer and
-    close the connection mid-body. `rate_limit`: a 429 with the `Burst-RateLimit-*` headers
-    (limit = `limit`, else the account's), and `Retry-After` only when `retryAfter` is
-    given. `malformed`: a 200 whose body is not JSON, as a broken proxy or an incompatible
-    service version would send. `corrupt_gzip`: an answer with `Content-Encoding: gzip`
-    and a body that is not gzip, so httpx raises `DecodingError` reading it; with
-    `carriedOut` (the default) the service acts on the call first and the answer keeps
-    its status (a proxy mangling the real answer: the operation WAS carried out), without
-    it the call is answered 200 and the service does nothing (the outcome a client cannot
-    tell from the first). `headers: false`: the answer carries no `Burst-RateLimit-*`
-    header, neither the fault's nor the account limit's (a 429 that says nothing but,
-    optionally, `Retry-After`). Applies to the next `times` service calls whose path
-    starts with one of `paths` (every service call when empty).
+    given. `latency`: wait `seconds`, then answer normally (the request's body is read
+    first, so the call is carried out even when its client has gone meanwhile). `drop`:
+    start an answer and close the connection mid-body. `rate_limit`: a 429 with the
+    `Burst-RateLimit-*` headers (limit = `limit`, else the account's), and `Retry-After`
+    only when `retryAfter` is given. `malformed`: a 200 whose body is not JSON, as a
+    broken proxy or an incompatible service version would send. `corrupt_gzip`: an
+    answer with `Content-Encoding: gzip` and a body that is not gzip, so httpx raises
+    `DecodingError` reading it; with `carriedOut` (the default) the service acts on the
+    call first and the answer keeps its status (a proxy mangling the real answer: the
+    operation WAS carried out), without it the call is answered 200 and the service does
+    nothing (the outcome a client cannot tell from the first). `headers: false`: the
+    answer carries no `Burst-RateLimit-*` header, neither the fault's nor the account
+    limit's (a 429 that says nothing but, optionally, `Retry-After`). Applies to the
+    next `times` service calls whose path starts with one of `paths` (every service call
+    when empty).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -105,6 +105,7 @@ class ServiceGate:
             await send(message)
 
         answer: Send = send_journaled
+        for_app = await _read_ahead(receive_journaled, fault)
         if fault is not None:
             call.fault = fault.kind
             if fault.kind == "corrupt_gzip" and fault.carriedOut:
@@ -112,13 +113,13 @@ class ServiceGate:
                 # (A call over the limit is refused before the service, so not carried out.)
                 call.carried_out = verdict is None or verdict.allowed
                 answer = _corrupting(send_journaled)
-            elif await self._fault(fault, scope, receive_journaled, send_journaled, call):
+            elif await self._fault(fault, scope, for_app, send_journaled, call):
                 return
         if verdict is not None and not verdict.allowed:
             response = error_response(429, "rate limit exceeded")
-            await response(scope, receive_journaled, answer)
+            await response(scope, for_app, answer)
             return
-        await self.app(scope, receive_journaled, answer)
+        await self.app(scope, for_app, answer)
 
     async def _fault(
         self, fault: FaultSpec, scope: Scope, receive: Receive, send: Send, call: Call
@@ -151,6 +152,25 @@ class ServiceGate:
             response = error_response(fault.status, message, fault.retry_after_header())
         await response(scope, receive, send)
         return True
+
+
+async def _read_ahead(receive: Receive, fault: FaultSpec | None) -> Receive:
+    """For a call a latency fault holds: its body read now, and handed to the app when it
+    asks. The service has the body before it acts, so a client that goes away while the
+    call is held does not undo it."""
+    if fault is None or fault.kind != "latency":
+        return receive
+    messages: list[Message] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
 
 
 # What the original answer said about its body's length and coding no longer holds.

@@ -8,7 +8,9 @@ Choices where the spec says "not shown", following QStash:
   name or by its url;
 * adding endpoints (QStash) creates the group when it is missing and replaces an endpoint
   with the same name or url; 200 with an empty body;
-* the bulk calls ignore any request body; see `bulk` for how filters combine.
+* the bulk calls ignore any request body; see `bulk` for how filters combine;
+* QStash's listing of failed workflow runs (`GET /v2/workflows/dlq`) takes the bulk
+  calls' filters; see `listing`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from daemon.emulator.bulk import parse_bulk_query
 from daemon.emulator.emulator import Emulator
 from daemon.emulator.errors import BadRequest, Unauthorized
 from daemon.emulator.gate import ACCOUNT_PATH
+from daemon.emulator.listing import list_page, parse_list_query
 from daemon.emulator.overrides import parse_overrides
 from daemon.emulator.state import RunMode, parse_endpoint_refs
 
@@ -75,6 +78,14 @@ async def remove_endpoints(name: str, request: Request, emulator: EmulatorDep) -
     refs = parse_endpoint_refs(await _json_body(request), url_required=False)
     emulator.store.remove_endpoints(name, refs, emulator.now_ms())
     return Response(status_code=200)
+
+
+@messages.get("/workflows/dlq")
+async def list_failed_workflow_runs(request: Request, emulator: EmulatorDep) -> JSONResponse:
+    """QStash's listing: the failed workflow runs the filters select, a page at a time."""
+    query = parse_list_query(request.query_params.multi_items())
+    entries = emulator.store.entries()
+    return JSONResponse(list_page(entries, query, newest_seq=emulator.store.last_seq))
 
 
 @messages.post("/workflows/dlq/resume")

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from daemon.metrics import Metrics
+from daemon.notify.delivery import NotifyTiming
 from daemon.pipeline.batcher import Batcher
 from daemon.pipeline.fetch import Fetcher
 from daemon.rules import BatchPolicy
@@ -37,6 +38,7 @@ class Tuning:
     idle_poll: float = 1.0
     housekeeping: float = 60.0
     drain_timeout: float = 10.0
+    notify: NotifyTiming = field(default_factory=NotifyTiming)  # the notifier's (app.py)
 
 
 class Pipeline:

@@ -2,18 +2,24 @@
 
 A resume or restart becomes `decided` and waits for its batch; everything else ends
 here: `skipped` (ignore, no rule, not a workflow run), `dry-run` (the call it would
-have made is recorded instead).
+have made is recorded instead), `done` for notify (its notification queued with the
+outcome, see daemon/notify), `done` for remove-endpoint (its failure counted as the
+outcome settles, see daemon/endpoints). Every notify rule matched, deciding or with
+`continue`, adds its notification to the outcome.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
+from daemon.endpoints.failures import endpoint_failure
+from daemon.notify.summary import notices, receiver_of
 from daemon.rules import Decision, Rule, Ruleset
 from daemon.rules.explain import recovery_call
-from daemon.rules.model import NOT_CARRIED_OUT, RECOVERIES
+from daemon.rules.model import RECOVERIES
 from daemon.store.records import Budget, Outcome
 
 
@@ -22,6 +28,14 @@ def overrides_key(rule: Rule) -> str:
     overrides = rule.spec.overrides
     wire = overrides.model_dump(by_alias=True, exclude_defaults=True) if overrides else {}
     return json.dumps(wire, sort_keys=True, separators=(",", ":"))
+
+
+def fingerprint(facts: Mapping[str, Any]) -> str:
+    """What a new run of the same workflow repeats: its url and its body. It tells apart
+    the dlqIds of one batch when their new runs fail again (see store/sqlite_lineage)."""
+    parts = (facts.get("url"), facts.get("body"), facts.get("bodyBase64"))
+    text = "\n".join(part if isinstance(part, str) else "" for part in parts)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def outcome_of(
@@ -46,7 +60,11 @@ def outcome_of(
         "action": rule.action,
         "matched": tuple(matched.name for matched in decision.matched),
         "workflow_run_id": run_id if isinstance(run_id, str) else None,
+        "fingerprint": fingerprint(facts),
         "calls": calls,
+        "notifications": notices(
+            dlq_id, decision, facts, dry_run=dry_run or ruleset.dry_run, now=now
+        ),
     }
     if dry_run or ruleset.dry_run or rule.spec.dry_run:
         would = _would_call(rule, dlq_id, header_prefix)
@@ -63,13 +81,25 @@ def outcome_of(
             budget=Budget(budget.max_recoveries, now - budget.within) if budget else None,
             **common,
         )
-    if rule.action in NOT_CARRIED_OUT:
-        reason = f"{rule.action} is recorded but not carried out by this version"
-        return Outcome(dlq_id, "skipped", reason=reason, **common)
+    if rule.spec.notify is not None:
+        # Final now: what is left, the delivery, has its own state, and the record follows
+        # it (`failed` if it cannot be delivered; see store/sqlite_notify).
+        receiver = receiver_of(rule.spec.notify.url)
+        reason = f"rule {rule.name} queued a notification to {receiver}"
+        return Outcome(dlq_id, "done", reason=reason, **common)
+    if rule.action == "remove-endpoint":
+        # The store counts the failure as it settles the outcome, and its count makes the
+        # state and the reason (store/sqlite_endpoints.py); the removal has its own record.
+        failure = endpoint_failure(rule, facts)
+        if isinstance(failure, str):
+            return Outcome(dlq_id, "skipped", reason=failure, **common)
+        return Outcome(dlq_id, "done", endpoint_failure=failure, **common)
     return Outcome(dlq_id, "skipped", reason=f"rule {rule.name} says ignore", **common)
 
 
 def _would_call(rule: Rule, dlq_id: str, header_prefix: str) -> dict[str, Any]:
+    if rule.spec.notify is not None:
+        return {"action": rule.action, "receiver": receiver_of(rule.spec.notify.url)}
     if rule.action not in RECOVERIES:
         return {"action": rule.action}
     return recovery_call(rule, dlq_id, header_prefix)

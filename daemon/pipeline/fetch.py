@@ -141,9 +141,15 @@ class Fetcher:
         if not claimed:
             return False
         outcomes = await asyncio.gather(*(self._fetch(item) for item in claimed))
-        decided = await self._store.settle(self._owner, list(outcomes), self._wall_clock())
-        if decided:
-            self._on_decided(decided)
+        settled = await self._store.settle(self._owner, list(outcomes), self._wall_clock())
+        for dlq_id, rule in settled.over_budget:
+            self._metrics.budget_exhausted.labels(rule).inc()
+            log.info("budget spent; not recovered", dlq_id=dlq_id, rule=rule)
+        for outcome in outcomes:  # remove-endpoint: counted by the settle just committed
+            if outcome.endpoint_failure is not None:
+                self._metrics.endpoint_failures.labels(outcome.endpoint_failure.url_group).inc()
+        if settled.decided:
+            self._on_decided(settled.decided)
         return True
 
     async def _fetch(self, claimed: Claimed) -> Outcome:

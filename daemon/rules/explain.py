@@ -12,6 +12,12 @@ from urllib.parse import quote
 
 from daemon.rules.ruleset import Decision, Rule, Ruleset
 
+# How a budget counts, said where a user looks (`recoveryd explain`, docs/rules.md).
+BUDGET_COUNTS = (
+    "recoveries of this workflow: its run and every run a resume or restart made from it "
+    "(each gets a new workflowRunId), decided within the window"
+)
+
 
 def explain(
     ruleset: Ruleset, message: Mapping[str, Any], decision: Decision, header_prefix: str
@@ -57,7 +63,11 @@ def _step(
         step["call"] = recovery_call(rule, str(message.get("dlqId", "")), header_prefix)
         step["batch"] = {"maxSize": rule.batch.max_size, "maxWaitSeconds": rule.batch.max_wait}
         if spec.budget:
-            step["budget"] = spec.budget.model_dump(by_alias=True)
+            step["budget"] = {
+                "maxRecoveries": spec.budget.max_recoveries,
+                "withinSeconds": spec.budget.within,
+                "counts": BUDGET_COUNTS,
+            }
     elif rule.action == "remove-endpoint":
         step.update(_removal(rule, message))
     elif spec.notify is not None:

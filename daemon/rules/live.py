@@ -30,6 +30,7 @@ class LiveRules:
         self._metrics = metrics
         self._wall_clock = wall_clock
         self._lock = asyncio.Lock()  # one reload at a time: the last one asked for wins
+        self._listeners: list[Callable[[Ruleset], None]] = []
         self._current = load_rules(path)
         self._swap(self._current)
 
@@ -38,6 +39,15 @@ class LiveRules:
         """The rules deciding now. Read it once per decision: a reload may swap it."""
         return self._current
 
+    def subscribe(self, listener: Callable[[Ruleset], None]) -> None:
+        """Tell `listener` of every ruleset a reload puts in force, right after the swap
+        (the sweeps reschedule from it). It must be quick and must not raise."""
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[Ruleset], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     async def reload(self) -> Ruleset:
         """Load the file again and put it in force; on FileError or Unreadable the
         running rules stay."""
@@ -45,6 +55,11 @@ class LiveRules:
             ruleset = await asyncio.to_thread(self._load)
             previous, self._current = self._current, ruleset
             self._swap(ruleset, previous)
+            for listener in list(self._listeners):
+                try:
+                    listener(ruleset)
+                except Exception as exc:  # the rules are in force; a listener's bug is logged
+                    log.error("a listener of rules reloads failed", error=repr(exc), exc_info=exc)
             log.info(
                 "rules reloaded",
                 path=str(self._path),
@@ -74,5 +89,3 @@ class LiveRules:
         if previous is not None:
             metrics.rules_info.remove(previous.digest, str(len(previous.rules)))
         metrics.rules_info.labels(ruleset.digest, str(len(ruleset.rules))).set(1)
-        for warning in ruleset.not_carried_out():
-            log.warning("rules ask for what this version does not do", detail=warning)

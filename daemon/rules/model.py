@@ -22,9 +22,6 @@ from daemon.urls import http_url
 
 Action = Literal["resume", "restart", "remove-endpoint", "notify", "ignore"]
 RECOVERIES: tuple[Action, ...] = ("resume", "restart")
-# Actions that this version records but does not carry out yet (their dlqIds end
-# `skipped`, with that reason); `check` and `serve` warn about rules that use them.
-NOT_CARRIED_OUT: frozenset[Action] = frozenset({"notify", "remove-endpoint"})
 MAX_BATCH = 50  # the service takes at most 50 dlqIds per bulk call (PRODUCT.md 4.4)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")

@@ -17,7 +17,6 @@ from daemon.rules.conditions import Facts, Predicate, compile_match
 from daemon.rules.model import (
     ACTION_KEYS,
     ACTION_NEEDS,
-    NOT_CARRIED_OUT,
     RECOVERIES,
     Action,
     Batch,
@@ -92,19 +91,6 @@ class Ruleset:
 
     def rule(self, name: str) -> Rule | None:
         return next((rule for rule in self.rules if rule.name == name), None)
-
-    def not_carried_out(self) -> list[str]:
-        """What the file asks for that this version records but does not do, a sentence
-        each naming the rule: said by `check` and at every load, never silently."""
-        warnings = [
-            f"rule {rule.name!r}: {rule.action} is recorded but not carried out by this "
-            "version; its dlqIds end skipped"
-            for rule in self.rules
-            if rule.action in NOT_CARRIED_OUT
-        ]
-        if self.sweeps:
-            warnings.append(f"sweeps ({len(self.sweeps)}) are not run by this version")
-        return warnings
 
     def longest_budget_window(self) -> float:
         """The longest `budget.within` of any rule, seconds (0 with no budget): records

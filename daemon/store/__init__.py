@@ -12,7 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from daemon.store.records import BatchRecord, Claimed, Outcome, Pending, Rotation, RotationResult
+from daemon.store.records import (
+    BatchRecord,
+    Claimed,
+    NotificationJob,
+    NotificationResult,
+    Outcome,
+    Pending,
+    Rotation,
+    RotationResult,
+    Settled,
+)
+from daemon.store.removals import Removal, RemovalResult
+from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
 
 Added = Literal["accepted", "duplicate"]
 
@@ -49,8 +61,9 @@ class Store(Protocol):
         """Lease up to `limit` received dlqIds to `owner` for `lease` seconds."""
         ...
 
-    async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> list[Pending]:
-        """Record what became of `owner`'s leased dlqIds; returns those now decided."""
+    async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
+        """Record what became of `owner`'s leased dlqIds: those now decided, and the
+        recoveries a budget stopped."""
         ...
 
     async def pending(self) -> list[Pending]:
@@ -126,11 +139,43 @@ class Store(Protocol):
         ...
 
     async def record(self, dlq_id: str) -> dict[str, Any] | None:
-        """Everything known about `dlq_id` (`/api/v1/dlq/{dlqId}`), None if unknown."""
+        """Everything known about `dlq_id` (`/api/v1/dlq/{dlqId}`), its notifications
+        included; None if unknown."""
         ...
 
     async def status(self, now: float) -> dict[str, Any]:
-        """Counts by state, unsettled batches, the oldest unfinished dlqId's age."""
+        """Counts by state, unsettled batches, the oldest unfinished dlqId's age, and the
+        notifications pending (`{"notifications": {"pending": n}}`)."""
+        ...
+
+    async def due_notifications(
+        self, now: float, limit: int, skip_receivers: Sequence[str] = ()
+    ) -> list[NotificationJob]:
+        """Up to `limit` pending notifications due by `now`, longest due first, none to
+        a receiver in `skip_receivers`. (They are queued by `settle`, from the outcomes'
+        `notifications`, in the same transaction as the decision.)"""
+        ...
+
+    async def begin_notification_attempt(
+        self, notification_id: int, now: float, retry_at: float
+    ) -> int | None:
+        """Count an attempt about to go out (committed before it does) and make the
+        notification due again at `retry_at` should its outcome never be recorded; the
+        attempt's number, or None when it is no longer pending."""
+        ...
+
+    async def finish_notification_attempt(
+        self,
+        notification_id: int,
+        result: NotificationResult,
+        *,
+        status: int | None,
+        reason: str,
+        next_at: float | None,
+        now: float,
+    ) -> None:
+        """Record an attempt's outcome: `sent`, `failed`, or `retry` at `next_at`; an
+        ended notification is noted in its dlqId's record (see sqlite_notify)."""
         ...
 
     async def begin_rotation(self, now: float) -> int | None:
@@ -153,6 +198,131 @@ class Store(Protocol):
 
     async def last_rotation_success(self) -> float | None:
         """When the last successful rotation finished (Unix time)."""
+        ...
+
+    async def begin_sweep_run(
+        self,
+        sweep: str,
+        *,
+        action: str,
+        dry_run: bool,
+        filter: dict[str, Any],
+        overrides: dict[str, Any] | None,
+        max_per_run: int,
+        now: float,
+    ) -> int | None:
+        """Record a run of `sweep` under way (its filter with dates resolved); None when
+        one already is."""
+        ...
+
+    async def begin_sweep_page(
+        self, run_id: int, page: int, *, count: int, cursor: str | None, now: float
+    ) -> None:
+        """The run's page `page` is about to be asked for (committed before it is)."""
+        ...
+
+    async def settle_sweep_page(
+        self,
+        run_id: int,
+        page: int,
+        *,
+        outcome: PageOutcome,
+        items: Sequence[dict[str, Any]] = (),
+        next_cursor: str | None = None,
+        error: str | None = None,
+        now: float,
+    ) -> None:
+        """What the page came to, and the run's totals with it (a no-op when settled)."""
+        ...
+
+    async def finish_sweep_run(
+        self, run_id: int, result: SweepResult, error: str | None, now: float
+    ) -> None:
+        """Record how the run ended (a no-op when it has already ended)."""
+        ...
+
+    async def close_interrupted_sweep_runs(
+        self, now: float, sweep: str | None = None
+    ) -> list[SweepRun]:
+        """End every run under way (of `sweep` when given) as interrupted, a page still
+        being sent as unknown; the runs so closed."""
+        ...
+
+    async def sweep_runs(self, sweep: str, limit: int) -> list[SweepRun]:
+        """The latest `limit` runs of `sweep`, newest first, with their pages."""
+        ...
+
+    async def last_sweep_successes(self) -> dict[str, float]:
+        """When each sweep's last successful run finished (Unix time)."""
+        ...
+
+    # Endpoint removals (remove-endpoint; states in removals.py). A failure is counted
+    # by `settle`, with its dlqId's decision.
+
+    async def removals_due(self, now: float) -> list[Removal]:
+        """Removals not finished whose next step is due, oldest first."""
+        ...
+
+    async def defer_removal(
+        self,
+        removal_id: int,
+        *,
+        reason: str,
+        retry_at: float,
+        tried: bool = True,
+        calls: Sequence[dict[str, Any]],
+        now: float,
+    ) -> None:
+        """The removal's step must wait until `retry_at`; one more try counted when
+        `tried` (a call was made)."""
+        ...
+
+    async def intend_removal(
+        self,
+        removal_id: int,
+        *,
+        name: str | None,
+        url: str | None,
+        max_per_hour: int,
+        calls: Sequence[dict[str, Any]],
+        now: float,
+    ) -> Removal | None:
+        """A pending removal becomes `removing` (committed before its DELETE) with the
+        endpoint as read, or `capped` over `max_per_hour` removals in the last hour."""
+        ...
+
+    async def finish_removal(
+        self,
+        removal_id: int,
+        result: RemovalResult,
+        reason: str,
+        *,
+        calls: Sequence[dict[str, Any]],
+        now: float,
+    ) -> bool:
+        """End the removal, and with it its dlqId; False when it had ended already."""
+        ...
+
+    async def removals(self, group: str | None = None) -> list[dict[str, Any]]:
+        """Every removal (of `group` when given) with its evidence, as
+        `/api/v1/removals` lists them, oldest first."""
+        ...
+
+    async def begin_restore(self, group: str, name: str, now: float) -> Removal:
+        """The last removal of endpoint `name` (name, or url) from `group`, marked as
+        being restored; RestoreRefused when there is nothing to restore."""
+        ...
+
+    async def finish_restore(
+        self,
+        removal_id: int,
+        *,
+        restored: bool,
+        reason: str,
+        calls: Sequence[dict[str, Any]],
+        now: float,
+    ) -> None:
+        """How the restore went; one that did not go through can be run again."""
         ...
 
     async def ping(self) -> None:

@@ -6,6 +6,7 @@ follows it, so a crash at any point leaves a state the next start can act on:
     received -> decided -> batched -> done          (resume / restart)
              -> gone | skipped | dry-run | failed   (final)
     batched  -> decided (sent again, once its absence from the DLQ was ruled out) | failed
+    done     -> failed  (notify: the notification its rule queued was given up)
 
 `received` with a lease is being fetched; its lease expiring gives it to another worker.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from daemon.store.removals import EndpointFailure
 
 State = Literal["received", "decided", "batched", "done", "gone", "skipped", "failed", "dry-run"]
 STATES: tuple[State, ...] = (
@@ -56,10 +59,25 @@ class Outcome:
     matched: tuple[str, ...] = ()
     overrides: str | None = None  # canonical JSON of the rule's overrides
     workflow_run_id: str | None = None
+    fingerprint: str | None = None  # the message's url and body, hashed: see sqlite_lineage
     budget: Budget | None = None
     retry_at: float | None = None
     would: dict[str, Any] | None = None  # the call a dry run did not make
     calls: tuple[dict[str, Any], ...] = field(default=())
+    # Queued in the same commit as the outcome (an outbox): the notify rules it matched.
+    notifications: tuple[Notice, ...] = ()
+    # remove-endpoint: the failure the store counts as it settles the outcome, and whose
+    # count makes its state and reason (sqlite_endpoints.count_failure).
+    endpoint_failure: EndpointFailure | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What settling a chunk of outcomes did: the dlqIds now `decided`, for the batcher,
+    and the recoveries a rule's budget stopped (`skipped`), by rule."""
+
+    decided: list[Pending]
+    over_budget: list[tuple[str, str]]  # (dlqId, rule)
 
 
 @dataclass(frozen=True)
@@ -118,3 +136,38 @@ class Rotation:
             "reason": self.reason,
             "resolvedAt": self.resolved_at,
         }
+
+
+NotificationState = Literal["pending", "sent", "failed"]
+# What one attempt came to: delivered, to be made again, or given up.
+NotificationResult = Literal["sent", "retry", "failed"]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A notification a notify rule asks for: `payload` (JSON text, built at decision
+    time so that every attempt posts the same bytes) to `url`. `receiver` is the URL's
+    origin, safe to show and to group by; `key` its Idempotency-Key."""
+
+    rule: str
+    url: str = field(repr=False)  # a webhook URL often holds its own secret
+    receiver: str
+    key: str
+    payload: str
+
+
+@dataclass(frozen=True)
+class NotificationJob:
+    """A pending notification that is due. `attempts` made so far (an attempt counts once
+    it was about to go out, so a crash mid-send counts too); `queued_at` starts the time
+    limit."""
+
+    id: int
+    dlq_id: str
+    rule: str
+    url: str = field(repr=False)
+    receiver: str
+    key: str
+    payload: str
+    attempts: int
+    queued_at: float

@@ -24,18 +24,27 @@ from typing import Any, TypeVar
 import structlog
 
 from daemon.store import Added, Callback, StoreUnavailable
+from daemon.store import sqlite_endpoints as endpoints
 from daemon.store import sqlite_health as health
+from daemon.store import sqlite_lineage as lineage
+from daemon.store import sqlite_notify as notify
 from daemon.store import sqlite_pipeline as pipeline
 from daemon.store import sqlite_retention as retention
 from daemon.store import sqlite_rotations as rotations
+from daemon.store import sqlite_sweeps as sweeps
 from daemon.store.records import (
     BatchRecord,
     Claimed,
+    NotificationJob,
+    NotificationResult,
     Outcome,
     Pending,
     Rotation,
     RotationResult,
+    Settled,
 )
+from daemon.store.removals import Removal, RemovalResult
+from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
 
 T = TypeVar("T")
 # At most 3 parameters a row: 900 stays under the 999 that SQLite before 3.32 allows.
@@ -60,6 +69,10 @@ MIGRATIONS = (
     pipeline.COUNTS,
     retention.SCHEMA,
     health.SCHEMA,
+    lineage.SCHEMA,
+    notify.SCHEMA,
+    sweeps.SCHEMA,
+    endpoints.SCHEMA,
 )
 
 
@@ -210,7 +223,7 @@ class SQLiteStore:
     async def claim(self, owner: str, limit: int, lease: float, now: float) -> list[Claimed]:
         return await self._write(lambda c: pipeline.claim(c, owner, limit, lease, now))
 
-    async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> list[Pending]:
+    async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
         return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
 
     async def pending(self) -> list[Pending]:
@@ -252,10 +265,20 @@ class SQLiteStore:
         return await self._run(lambda c: pipeline.sends(c, dlq_ids))
 
     async def record(self, dlq_id: str) -> dict[str, Any] | None:
-        return await self._run(lambda c: pipeline.record(c, dlq_id))
+        def read(connection: sqlite3.Connection) -> dict[str, Any] | None:
+            found = pipeline.record(connection, dlq_id)
+            if found is not None:
+                found["notifications"] = notify.of_dlq_id(connection, dlq_id)
+            return found
+
+        return await self._run(read)
 
     async def status(self, now: float) -> dict[str, Any]:
-        return await self._run(lambda c: pipeline.status(c, now))
+        def read(connection: sqlite3.Connection) -> dict[str, Any]:
+            pending = notify.pending_count(connection)
+            return {**pipeline.status(connection, now), "notifications": {"pending": pending}}
+
+        return await self._run(read)
 
     async def redrive(
         self,
@@ -269,6 +292,36 @@ class SQLiteStore:
         pipeline.check_final(states)  # ValueError now, not from the store's thread
         work = lambda c: pipeline.redrive(c, states, rule, since, now, apply)  # noqa: E731
         return await (self._write(work) if apply else self._run(work))
+
+    # -- notifications (sqlite_notify.py) --------------------------------------------
+
+    async def due_notifications(
+        self, now: float, limit: int, skip_receivers: Sequence[str] = ()
+    ) -> list[NotificationJob]:
+        return await self._run(lambda c: notify.due(c, now, limit, skip_receivers))
+
+    async def begin_notification_attempt(
+        self, notification_id: int, now: float, retry_at: float
+    ) -> int | None:
+        return await self._write(lambda c: notify.begin_attempt(c, notification_id, now, retry_at))
+
+    async def finish_notification_attempt(
+        self,
+        notification_id: int,
+        result: NotificationResult,
+        *,
+        status: int | None,
+        reason: str,
+        next_at: float | None,
+        now: float,
+    ) -> None:
+        def finish(connection: sqlite3.Connection) -> None:
+            notify.finish_attempt(
+                connection, notification_id, result, status=status, reason=reason,
+                next_at=next_at, now=now,
+            )  # fmt: skip
+
+        await self._write(finish)
 
     # -- retention (sqlite_retention.py) ---------------------------------------------
 
@@ -313,6 +366,133 @@ class SQLiteStore:
     async def last_rotation_success(self) -> float | None:
         return await self._run(rotations.last_success_at)
 
+    # -- sweep runs (sqlite_sweeps.py) -------------------------------------------------
+
+    async def begin_sweep_run(
+        self,
+        sweep: str,
+        *,
+        action: str,
+        dry_run: bool,
+        filter: dict[str, Any],
+        overrides: dict[str, Any] | None,
+        max_per_run: int,
+        now: float,
+    ) -> int | None:
+        def begin(connection: sqlite3.Connection) -> int | None:
+            return sweeps.begin_run(
+                connection, sweep, action=action, dry_run=dry_run, filter=filter,
+                overrides=overrides, max_per_run=max_per_run, now=now,
+            )  # fmt: skip
+
+        return await self._write(begin)
+
+    async def begin_sweep_page(
+        self, run_id: int, page: int, *, count: int, cursor: str | None, now: float
+    ) -> None:
+        await self._write(
+            lambda c: sweeps.begin_page(c, run_id, page, count=count, cursor=cursor, now=now)
+        )
+
+    async def settle_sweep_page(
+        self,
+        run_id: int,
+        page: int,
+        *,
+        outcome: PageOutcome,
+        items: Sequence[dict[str, Any]] = (),
+        next_cursor: str | None = None,
+        error: str | None = None,
+        now: float,
+    ) -> None:
+        def settle(connection: sqlite3.Connection) -> None:
+            sweeps.settle_page(
+                connection, run_id, page, outcome=outcome, items=items,
+                next_cursor=next_cursor, error=error, now=now,
+            )  # fmt: skip
+
+        await self._write(settle)
+
+    async def finish_sweep_run(
+        self, run_id: int, result: SweepResult, error: str | None, now: float
+    ) -> None:
+        await self._write(lambda c: sweeps.finish_run(c, run_id, result, error, now))
+
+    async def close_interrupted_sweep_runs(
+        self, now: float, sweep: str | None = None
+    ) -> list[SweepRun]:
+        return await self._write(lambda c: sweeps.close_interrupted(c, now, sweep))
+
+    async def sweep_runs(self, sweep: str, limit: int) -> list[SweepRun]:
+        return await self._run(lambda c: sweeps.runs(c, sweep, limit))
+
+    async def last_sweep_successes(self) -> dict[str, float]:
+        return await self._run(sweeps.last_successes)
+
+    # -- endpoint removals (sqlite_endpoints.py; failures are counted by settle) ------
+
+    async def removals_due(self, now: float) -> list[Removal]:
+        return await self._run(lambda c: endpoints.due(c, now))
+
+    async def defer_removal(
+        self,
+        removal_id: int,
+        *,
+        reason: str,
+        retry_at: float,
+        tried: bool = True,
+        calls: Sequence[dict[str, Any]],
+        now: float,
+    ) -> None:
+        await self._write(lambda c: endpoints.defer(
+            c, removal_id, reason=reason, retry_at=retry_at, tried=tried, calls=calls,
+            now=now))  # fmt: skip
+
+    async def intend_removal(
+        self,
+        removal_id: int,
+        *,
+        name: str | None,
+        url: str | None,
+        max_per_hour: int,
+        calls: Sequence[dict[str, Any]],
+        now: float,
+    ) -> Removal | None:
+        return await self._write(lambda c: endpoints.intend(
+            c, removal_id, name=name, url=url, max_per_hour=max_per_hour, calls=calls,
+            now=now))  # fmt: skip
+
+    async def finish_removal(
+        self,
+        removal_id: int,
+        result: RemovalResult,
+        reason: str,
+        *,
+        calls: Sequence[dict[str, Any]],
+        now: float,
+    ) -> bool:
+        return await self._write(
+            lambda c: endpoints.finish(c, removal_id, result, reason, calls=calls, now=now)
+        )
+
+    async def removals(self, group: str | None = None) -> list[dict[str, Any]]:
+        return await self._run(lambda c: endpoints.listed(c, group))
+
+    async def begin_restore(self, group: str, name: str, now: float) -> Removal:
+        return await self._write(lambda c: endpoints.begin_restore(c, group, name, now))
+
+    async def finish_restore(
+        self,
+        removal_id: int,
+        *,
+        restored: bool,
+        reason: str,
+        calls: Sequence[dict[str, Any]],
+        now: float,
+    ) -> None:
+        await self._write(lambda c: endpoints.finish_restore(
+            c, removal_id, restored=restored, reason=reason, calls=calls, now=now))  # fmt: skip
+
     async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` in one transaction, on the store's thread, within commit_timeout.
         Refused while the files are deleted or replaced: the write would land in a file
@@ -332,7 +512,10 @@ class SQLiteStore:
         loop = asyncio.get_running_loop()
         try:
             job = loop.run_in_executor(self._executor, query, self._connection)
-            return await asyncio.wait_for(job, seconds or self._read_timeout)
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes as
+            # the read finishes, and a poll loop cancelled then would run on for ever.
+            async with asyncio.timeout(seconds or self._read_timeout):
+                return await job
         except sqlite3.Error as exc:
             self._health.failed(exc, what="store operation failed")
             raise StoreUnavailable(f"the store did not answer: {exc}") from None

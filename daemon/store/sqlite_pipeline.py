@@ -11,15 +11,18 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from daemon.store import sqlite_endpoints as endpoints
+from daemon.store import sqlite_lineage as lineage
+from daemon.store import sqlite_notify as notify
 from daemon.store.records import (
     FINAL,
     OVER_BUDGET,
-    RECOVERING,
     STATES,
     BatchRecord,
     Claimed,
     Outcome,
     Pending,
+    Settled,
 )
 
 # What the pipeline adds to the schema of version 1 (migration 2, see sqlite.MIGRATIONS).
@@ -142,23 +145,34 @@ def claim(
 
 def settle(
     connection: sqlite3.Connection, owner: str, outcomes: Sequence[Outcome], now: float
-) -> list[Pending]:
+) -> Settled:
     """Record the outcomes of `owner`'s leases (ones it no longer holds are left alone);
-    a recovery over its rule's budget becomes `skipped`. The decided ones are returned."""
-    decided = []
+    a recovery over its rule's budget becomes `skipped`."""
+    decided, over_budget = [], []
     for outcome in outcomes:
         state, reason = outcome.state, outcome.reason
-        if state == "decided" and _over_budget(connection, outcome):
-            assert outcome.budget is not None
-            state = "skipped"
-            reason = (
-                f"{OVER_BUDGET}workflow run {outcome.workflow_run_id} already has "
-                f"{outcome.budget.max_recoveries} recoveries in the rule's window"
-            )
+        budget = outcome.budget
+        key, stopped = None, False
+        if outcome.workflow_run_id:
+            since = budget.since if budget else now
+            key = lineage.workflow_key(connection, outcome.workflow_run_id, outcome.fingerprint,
+                                       since)  # fmt: skip
+        if state == "decided" and budget is not None and key is not None:
+            made = lineage.recoveries(connection, key, budget.since, exclude=outcome.dlq_id)
+            if made >= budget.max_recoveries:
+                state, stopped = "skipped", True
+                reason = (
+                    f"{OVER_BUDGET}workflow {key} (this run: {outcome.workflow_run_id}) was "
+                    f"already recovered {made} times in the rule's window, its maxRecoveries"
+                )
+        if outcome.endpoint_failure is not None:  # remove-endpoint: counted in this commit
+            counted = endpoints.count_failure(connection, owner, outcome, now)
+            state, reason = counted or (state, reason)
         held = connection.execute(
             "UPDATE callbacks SET state = :state, reason = :reason, rule = :rule, "
             "action = :action, matched = :matched, overrides = :overrides, "
-            "workflow_run_id = :run, would = :would, "
+            "workflow_run_id = :run, workflow_key = :key, fingerprint = :fingerprint, "
+            "would = :would, "
             "lease_owner = NULL, lease_until = :retry_at, "
             "calls = :calls, "
             "decided_at = CASE WHEN :rule IS NULL THEN decided_at ELSE :now END, "
@@ -172,6 +186,8 @@ def settle(
                 "matched": json.dumps(outcome.matched) if outcome.matched else None,
                 "overrides": outcome.overrides,
                 "run": outcome.workflow_run_id,
+                "key": key,
+                "fingerprint": outcome.fingerprint,
                 "would": json.dumps(outcome.would) if outcome.would else None,
                 "retry_at": outcome.retry_at,
                 "calls": json.dumps(_calls(connection, outcome.dlq_id) + list(outcome.calls)),
@@ -181,6 +197,11 @@ def settle(
                 "owner": owner,
             },
         ).rowcount
+        if held and outcome.notifications:  # the outbox: in the decision's own commit
+            notify.enqueue(connection, outcome.dlq_id, outcome.notifications, now)
+        if held and stopped:
+            assert outcome.rule is not None
+            over_budget.append((outcome.dlq_id, outcome.rule))
         if held and state == "decided":
             assert outcome.action is not None
             assert outcome.overrides is not None
@@ -188,24 +209,12 @@ def settle(
             decided.append(
                 Pending(outcome.dlq_id, outcome.action, outcome.overrides, outcome.rule, now)
             )
-    return decided
+    return Settled(decided, over_budget)
 
 
 def _calls(connection: sqlite3.Connection, dlq_id: str) -> list[Any]:
     row = connection.execute("SELECT calls FROM callbacks WHERE dlq_id = ?", (dlq_id,)).fetchone()
     return list(json.loads(row[0])) if row else []
-
-
-def _over_budget(connection: sqlite3.Connection, outcome: Outcome) -> bool:
-    if outcome.budget is None or not outcome.workflow_run_id:
-        return False
-    marks = ", ".join("?" * len(RECOVERING))
-    (count,) = connection.execute(
-        f"SELECT count(*) FROM callbacks WHERE workflow_run_id = ? AND decided_at >= ? "
-        f"AND state IN ({marks}) AND dlq_id != ?",
-        (outcome.workflow_run_id, outcome.budget.since, *RECOVERING, outcome.dlq_id),
-    ).fetchone()
-    return bool(count >= outcome.budget.max_recoveries)
 
 
 def pending(connection: sqlite3.Connection) -> list[Pending]:
@@ -290,6 +299,7 @@ def settle_batch(
         "WHERE id = ?",
         (now, reason, json.dumps(list(runs)), json.dumps(list(calls)), sent, now, batch_id),
     )
+    lineage.record_runs(connection, batch_id, runs, now)
     if sent:
         connection.execute(
             "UPDATE callbacks SET sends = sends + 1 "

@@ -27,6 +27,8 @@ import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 
+from daemon.store import sqlite_lineage as lineage
+from daemon.store import sqlite_notify as notify
 from daemon.store.records import FINAL
 
 # Migration 7 (see sqlite.MIGRATIONS).
@@ -52,12 +54,14 @@ def pruned_among(connection: sqlite3.Connection, dlq_ids: Sequence[str]) -> set[
 
 
 def prune_chunk(connection: sqlite3.Connection, *, before: float, until: float, chunk: int) -> int:
-    """Delete up to `chunk` records final since before `before`, keeping their keys
-    until `until`, and the settled batches they were the last records of; how many
-    records were deleted (fewer than `chunk`: the last chunk)."""
+    """Delete up to `chunk` records final since before `before` (but those with a
+    notification pending), keeping their keys until `until`, and the settled batches
+    they were the last records of (their notifications go by trigger); how many records
+    were deleted (fewer than `chunk`: the last chunk)."""
     gone = connection.execute(
         "DELETE FROM callbacks WHERE rowid IN (SELECT rowid FROM callbacks "
-        f"  WHERE state IN ({_FINAL}) AND updated_at < :before LIMIT :chunk) "
+        f"  WHERE state IN ({_FINAL}) AND updated_at < :before "
+        f"  AND NOT {notify.HELD} LIMIT :chunk) "  # a pending notification is pending work
         "RETURNING dlq_id, batch_ids",
         {"before": before, "chunk": chunk},
     ).fetchall()
@@ -73,12 +77,14 @@ def prune_chunk(connection: sqlite3.Connection, *, before: float, until: float, 
 def _prune_batches(connection: sqlite3.Connection, batch_ids: Iterable[int]) -> None:
     """A settled batch goes with the last of its records: a record still there may
     show it (`record`), and an unsettled one is still to be checked."""
+    batch_ids = list(batch_ids)
     connection.executemany(
         "DELETE FROM batches WHERE id = ? AND state = 'settled' AND NOT EXISTS ("
         "  SELECT 1 FROM json_each(batches.dlq_ids) AS member "
         "  JOIN callbacks ON callbacks.dlq_id = member.value)",
         [(batch_id,) for batch_id in batch_ids],
     )
+    lineage.forget_runs(connection, batch_ids)
 
 
 def expire_chunk(connection: sqlite3.Connection, *, now: float, chunk: int) -> int:

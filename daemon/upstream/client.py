@@ -42,6 +42,7 @@ from daemon.upstream.models import (
     BulkResult,
     DLQMessage,
     EndpointRef,
+    FailedWorkflowRuns,
     Overrides,
     URLGroup,
     usable_in_path,
@@ -50,6 +51,7 @@ from daemon.upstream.ratelimit import RateLimiter, Slot
 from daemon.upstream.retry import RetryPolicy
 
 MAX_BULK = 50  # the service processes at most 50 workflow runs per bulk call
+MAX_LISTED = 100  # QStash's listing of failed workflow runs answers at most 100 a page
 # A dlqId no message has: reading it tells a good token (404) from a refused one (401).
 TOKEN_CHECK_ID = "recoveryd-token-check"
 # The operation names: of calls, metric labels, and circuit breakers.
@@ -62,6 +64,7 @@ OPERATIONS = (
     "add_endpoints",
     "rotate_token",
     "check_token",
+    "list_workflow_dlq",
 )
 # httpcore's trace events for "the request headers are being written now".
 _SEND_STARTED = frozenset(
@@ -281,6 +284,31 @@ class ServiceClient:
             params=params,
             headers=headers,
             idempotent=bool(dlq_ids),
+        )
+
+    async def list_workflow_dlq(
+        self,
+        filter: BulkFilter,
+        *,
+        cursor: str | None = None,
+        count: int | None = None,
+    ) -> FailedWorkflowRuns:
+        """QStash's listing of the failed workflow runs in the DLQ (`GET /v2/workflows/dlq`,
+        not in the spec): one page of those `filter` selects, as a bulk call with the same
+        filter would, at most `count` (at most 100). A read: retried freely."""
+        if count is not None and not 1 <= count <= MAX_LISTED:
+            raise ValueError(f"count must be between 1 and {MAX_LISTED}, got {count}")
+        params = filter.query()
+        if cursor:
+            params.append(("cursor", cursor))
+        if count is not None:
+            params.append(("count", str(count)))
+        return await self._call(
+            "list_workflow_dlq",
+            "GET",
+            "/v2/workflows/dlq",
+            _json(FailedWorkflowRuns.model_validate, "list_workflow_dlq"),
+            params=params,
         )
 
     async def bulk_pages(

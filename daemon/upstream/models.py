@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -204,6 +205,39 @@ class BulkResult(_Received):
     @property
     def done(self) -> bool:
         """True when every matching workflow has been processed."""
+        return self.cursor == ""
+
+
+class FailedWorkflowRun(_Received):
+    """A failed workflow run as QStash's DLQ listing shows it (not in the spec): the DLQ
+    message's fields plus the run's. Only `dlqId` is required: the documented sample of
+    the answer leaves out fields a DLQ message always has (`messageId`)."""
+
+    dlq_id: str
+    workflow_run_id: str | None = None
+    workflow_url: str | None = None
+    workflow_created_at: int | None = None
+    url: str | None = None
+    created_at: int | None = None
+    failure_function_state: str | None = None
+    response_status: int | None = None
+
+
+class FailedWorkflowRuns(_Received):
+    """One page of QStash's listing of failed workflow runs: no cursor (or "") at the end."""
+
+    messages: tuple[FailedWorkflowRun, ...] = ()
+    cursor: str = ""
+
+    @field_validator("messages", "cursor", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return () if info.field_name == "messages" else ""
+        return value
+
+    @property
+    def done(self) -> bool:
         return self.cursor == ""
 
 

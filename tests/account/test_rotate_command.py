@@ -85,6 +85,17 @@ def test_with_no_daemon_the_command_rotates_and_saves(tmp_path: Path, service_ur
     secrets_absent(done.stdout + done.stderr, TOKEN, PASSWORD, saved["token"], saved["password"])
 
 
+def test_the_command_needs_neither_a_token_nor_a_signing_key(
+    tmp_path: Path, service_url: str
+) -> None:
+    """The reset takes basic credentials, and a command checks no callback: a first
+    rotation, to get a token at all, works with neither set."""
+    unset = {"TOKEN": "", "SIGNING_KEY_CURRENT": "", "SIGNING_KEY_NEXT": ""}
+    done = rotate_alone(tmp_path, service_url, tmp_path / "credentials.json", **unset)
+    assert done.returncode == 0, done.stderr
+    assert "token rotated" in done.stdout
+
+
 def test_with_a_daemon_running_the_daemon_rotates(tmp_path: Path, service_url: str) -> None:
     credentials = tmp_path / "credentials.json"
     settings = {

@@ -174,7 +174,9 @@ def test_the_redrive_command_prints_first_and_acts_with_yes(tmp_path: Path) -> N
             return dlq_ids
 
     dlq_ids = asyncio.run(fail_three())
-    env = environ(tmp_path, ADMIN_LISTEN="127.0.0.1:0")
+    # Neither a token nor a signing key: the command calls no service and checks no callback.
+    unset = {"TOKEN": "", "SIGNING_KEY_CURRENT": "", "SIGNING_KEY_NEXT": ""}
+    env = environ(tmp_path, ADMIN_LISTEN="127.0.0.1:0", **unset)
 
     def redrive(*args: str) -> str:
         done = subprocess.run(

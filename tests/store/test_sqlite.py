@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -194,3 +196,25 @@ def test_a_failed_commit_rolls_back_and_reports_its_own_error(tmp_path: Path) ->
     with _transaction(connection):
         connection.execute("INSERT INTO parent VALUES (1)")
     connection.close()
+
+
+async def test_a_read_cancelled_as_it_completes_is_still_cancelled(tmp_path: Path) -> None:
+    """A task cancelled in the instant its read finishes must end cancelled: swallowing
+    the cancellation (as `asyncio.wait_for` does on Python 3.11) leaves a poll loop
+    running after its `cancel()`, and the daemon's shutdown waiting for it for ever."""
+    gate = threading.Event()
+
+    def read(connection: sqlite3.Connection) -> int:
+        gate.wait(5)
+        return 1
+
+    async with SQLiteStore.open(tmp_path / "s.db") as store:
+        task = asyncio.create_task(store._run(read))
+        await asyncio.sleep(0.05)  # the task now waits for the read
+        gate.set()
+        # Blocking on purpose: the loop must not run, so that the read's result is queued
+        # for it and not yet delivered when the cancellation comes.
+        time.sleep(0.1)  # noqa: ASYNC251
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

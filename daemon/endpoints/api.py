@@ -1,0 +1,52 @@
+"""The admin routes of endpoint removals: `GET /api/v1/removals` and
+`POST /api/v1/removals/{group}/{name}/restore`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import structlog
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from daemon.endpoints.restore import RestoreFailed, restore
+from daemon.metrics import Metrics
+from daemon.store import Store
+from daemon.store.removals import RestoreRefused
+from daemon.upstream import ServiceClient
+
+log = structlog.get_logger(__name__)
+
+
+def removal_routes(
+    store: Store,
+    client: ServiceClient,
+    metrics: Metrics,
+    wall_clock: Callable[[], float] = time.time,
+) -> APIRouter:
+    """The routes, for the admin app to include."""
+    routes = APIRouter()
+
+    @routes.get("/api/v1/removals")
+    async def removals(group: str | None = None) -> JSONResponse:
+        """Every removal recorded (of one URL Group with `?group=`), with its evidence."""
+        return JSONResponse({"removals": await store.removals(group)})
+
+    # `:path`: an endpoint without a name goes by its url, sent %2F-encoded; it arrives
+    # decoded, and a plain parameter would stop at its first `/`.
+    @routes.post("/api/v1/removals/{group}/{name:path}/restore")
+    async def restore_endpoint(group: str, name: str) -> JSONResponse:
+        """Put a removed endpoint back into its group, from the record of its removal. The
+        restore carries on if the caller hangs up."""
+        try:
+            answer = await asyncio.shield(restore(store, client, metrics, group, name, wall_clock))
+        except RestoreRefused as exc:
+            return JSONResponse({"error": str(exc)}, 404 if exc.kind == "unknown" else 409)
+        except RestoreFailed as exc:
+            return JSONResponse({"error": str(exc)}, 502)
+        log.info("endpoint restored", url_group=group, removal=answer["removal"])
+        return JSONResponse(answer)
+
+    return routes

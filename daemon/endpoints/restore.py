@@ -1,0 +1,133 @@
+"""Removals listed and undone: `recoveryd removals`, `recoveryd restore-endpoint`, and the
+admin routes behind them (api.py).
+
+A removed endpoint is put back from its record, with the name and url read from the
+group before it was removed, by QStash's add endpoints (which creates the group again
+if its last endpoint went). The restore is recorded as under way before the call and
+settled after; adding an endpoint the group already has changes nothing, so a restore
+cut short is simply run again. As `recoveryd redrive` does, the commands ask a running
+daemon first and work on the store (and call the service) themselves only when none
+answers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from daemon.metrics import Metrics
+from daemon.pipeline.calls import recording
+from daemon.settings import Settings
+from daemon.store import Store, StoreUnavailable
+from daemon.store.removals import RestoreRefused, shown
+from daemon.upstream import EndpointRef, ServiceClient, ServiceError
+
+
+class RemovalsError(Exception):
+    """The command did not do what was asked; `str()` is the one line to print."""
+
+
+class RestoreFailed(Exception):
+    """The service did not take the endpoint back; the removal can be restored again."""
+
+
+async def restore(
+    store: Store,
+    client: ServiceClient,
+    metrics: Metrics,
+    group: str,
+    name: str,
+    wall_clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """Put back the endpoint `name` (its name, or its url when it has none) of `group` as
+    its last removal recorded it; the answer of the admin route. RestoreRefused when
+    there is nothing to restore, RestoreFailed when the service did not take it."""
+    removal = await store.begin_restore(group, name, wall_clock())
+    endpoint = EndpointRef(name=removal.name, url=removal.url)
+    what = f"endpoint {shown(removal.name, removal.url)} of URL Group {group}"
+    with recording() as calls:
+        try:
+            await client.add_endpoints(group, [endpoint])
+        except ServiceError as exc:
+            reason = f"restoring {what} failed: {exc}"
+            await store.finish_restore(
+                removal.id, restored=False, reason=reason, calls=list(calls), now=wall_clock()
+            )
+            metrics.endpoint_restores.labels("failed").inc()
+            raise RestoreFailed(reason) from None
+    await store.finish_restore(
+        removal.id, restored=True, reason=f"restored {what}", calls=list(calls), now=wall_clock()
+    )
+    metrics.endpoint_restores.labels("restored").inc()
+    return {
+        "status": "restored",
+        "removal": removal.id,
+        "urlGroup": group,
+        "endpoint": endpoint.wire(),
+    }
+
+
+async def removals_now(settings: Settings, group: str | None) -> list[dict[str, Any]]:
+    """The removals, from the daemon on RECOVERYD_ADMIN_LISTEN, else from the store."""
+    from daemon.admin_client import DaemonError, admin_url, ask_daemon
+    from daemon.store import open_store
+
+    admin = admin_url(settings)
+    if admin is not None:
+        params = {"group": group} if group is not None else {}
+        try:
+            answer = await ask_daemon(admin, "GET", "/api/v1/removals", params=params)
+        except httpx.ConnectError:
+            pass  # no daemon: read the store here
+        except (httpx.TimeoutException, DaemonError) as exc:
+            raise RemovalsError(str(exc) or f"no answer from the daemon at {admin}") from None
+        else:
+            found: list[dict[str, Any]] = answer["removals"]
+            return found
+    try:
+        async with open_store(settings.STORE, release_leases=False) as store:
+            return await store.removals(group)
+    except StoreUnavailable as exc:
+        raise RemovalsError(f"RECOVERYD_STORE: {exc}") from None
+
+
+async def restore_now(settings: Settings, group: str, name: str) -> dict[str, Any]:
+    """Restore through the daemon on RECOVERYD_ADMIN_LISTEN, else here."""
+    from daemon.admin_client import DaemonError, admin_url, ask_daemon
+
+    admin = admin_url(settings)
+    if admin is not None:
+        path = f"/api/v1/removals/{quote(group, safe='')}/{quote(name, safe='')}/restore"
+        try:
+            return await ask_daemon(admin, "POST", path)
+        except httpx.ConnectError:
+            pass  # no daemon: restore here
+        except (httpx.TimeoutException, DaemonError) as exc:
+            raise RemovalsError(str(exc) or f"no answer from the daemon at {admin}") from None
+    return await _restore_here(settings, group, name)
+
+
+async def _restore_here(settings: Settings, group: str, name: str) -> dict[str, Any]:
+    from prometheus_client import CollectorRegistry
+
+    from daemon.app import account, initial_credentials
+    from daemon.settings import SettingsError
+    from daemon.store import open_store
+
+    metrics = Metrics(CollectorRegistry())
+    try:
+        credentials, saved = initial_credentials(settings)
+        async with (
+            open_store(settings.STORE, release_leases=False) as store,
+            httpx.AsyncClient(timeout=30.0) as http,
+        ):
+            client, _ = account(settings, http, store, metrics, credentials, saved)
+            return await restore(store, client, metrics, group, name)
+    except (RestoreRefused, RestoreFailed, SettingsError) as exc:
+        raise RemovalsError(str(exc)) from None
+    except StoreUnavailable as exc:
+        raise RemovalsError(f"RECOVERYD_STORE: {exc}") from None

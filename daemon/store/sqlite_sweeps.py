@@ -1,0 +1,251 @@
+"""Sweep runs over the SQLite store: each run, and each page of it, recorded before its
+call goes out and settled after (see `sweep_records.py` for the states).
+
+A unique index keeps one run of a sweep under way at a time. Only the latest
+`KEEP_RUNS` runs of each sweep are kept: older ones go when a run finishes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from daemon.store.sweep_records import PageOutcome, SweepPage, SweepResult, SweepRun
+
+KEEP_RUNS = 100
+
+# One migration (see sqlite.MIGRATIONS).
+SCHEMA = """
+    CREATE TABLE sweep_runs (
+        id INTEGER PRIMARY KEY,
+        sweep TEXT NOT NULL,
+        action TEXT NOT NULL,
+        dry_run INTEGER NOT NULL,
+        filter TEXT NOT NULL,
+        overrides TEXT,
+        max_per_run INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        finished_at REAL,
+        result TEXT,
+        error TEXT,
+        pages INTEGER NOT NULL DEFAULT 0,
+        workflows INTEGER NOT NULL DEFAULT 0,
+        cursor TEXT
+    );
+    CREATE UNIQUE INDEX sweep_runs_under_way ON sweep_runs (sweep) WHERE result IS NULL;
+    CREATE INDEX sweep_runs_by_sweep ON sweep_runs (sweep, id);
+    CREATE TABLE sweep_pages (
+        run_id INTEGER NOT NULL,
+        page INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        cursor TEXT,
+        sent_at REAL NOT NULL,
+        answered_at REAL,
+        outcome TEXT NOT NULL,
+        next_cursor TEXT,
+        items TEXT NOT NULL DEFAULT '[]',
+        error TEXT,
+        PRIMARY KEY (run_id, page)
+    );
+"""
+
+_RUN_COLUMNS = (
+    "id, sweep, action, dry_run, filter, overrides, max_per_run, started_at, finished_at, "
+    "result, error, pages, workflows, cursor"
+)
+_PAGE_COLUMNS = (
+    "page, count, cursor, sent_at, answered_at, outcome, next_cursor, items, error"
+)  # fmt: skip
+
+
+def begin_run(
+    connection: sqlite3.Connection,
+    sweep: str,
+    *,
+    action: str,
+    dry_run: bool,
+    filter: dict[str, Any],
+    overrides: dict[str, Any] | None,
+    max_per_run: int,
+    now: float,
+) -> int | None:
+    """Record a run of `sweep` under way; None when one already is."""
+    if connection.execute(
+        "SELECT 1 FROM sweep_runs WHERE sweep = ? AND result IS NULL", (sweep,)
+    ).fetchone():
+        return None
+    cursor = connection.execute(
+        "INSERT INTO sweep_runs (sweep, action, dry_run, filter, overrides, max_per_run, "
+        "started_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (sweep, action, int(dry_run), _dumps(filter),
+         None if overrides is None else _dumps(overrides), max_per_run, now),
+    )  # fmt: skip
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def begin_page(
+    connection: sqlite3.Connection,
+    run_id: int,
+    page: int,
+    *,
+    count: int,
+    cursor: str | None,
+    now: float,
+) -> None:
+    """The page's call is about to go out."""
+    connection.execute(
+        "INSERT INTO sweep_pages (run_id, page, count, cursor, sent_at, outcome) "
+        "VALUES (?, ?, ?, ?, ?, 'sending')",
+        (run_id, page, count, cursor, now),
+    )
+
+
+def settle_page(
+    connection: sqlite3.Connection,
+    run_id: int,
+    page: int,
+    *,
+    outcome: PageOutcome,
+    items: Sequence[dict[str, Any]],
+    next_cursor: str | None,
+    error: str | None,
+    now: float,
+) -> None:
+    """What the page's call came to, and the run's totals with it (a no-op for a page
+    already settled)."""
+    changed = connection.execute(
+        "UPDATE sweep_pages SET outcome = ?, items = ?, next_cursor = ?, error = ?, "
+        "answered_at = ? WHERE run_id = ? AND page = ? AND outcome = 'sending'",
+        (outcome, _dumps(list(items)), next_cursor, error, now, run_id, page),
+    ).rowcount
+    if not changed:
+        return
+    connection.execute(
+        "UPDATE sweep_runs SET pages = pages + 1, workflows = workflows + ?, "
+        "cursor = coalesce(?, cursor) WHERE id = ?",
+        (len(items), next_cursor, run_id),
+    )
+
+
+def finish_run(
+    connection: sqlite3.Connection,
+    run_id: int,
+    result: SweepResult,
+    error: str | None,
+    now: float,
+) -> None:
+    """Record how the run ended (a no-op when it has already ended); forget the runs of
+    its sweep beyond the latest KEEP_RUNS."""
+    row = connection.execute(
+        "UPDATE sweep_runs SET result = ?, error = ?, finished_at = ? "
+        "WHERE id = ? AND result IS NULL RETURNING sweep",
+        (result, error, now, run_id),
+    ).fetchone()
+    if row is not None:
+        _forget_old_runs(connection, row[0])
+
+
+def close_interrupted(
+    connection: sqlite3.Connection, now: float, sweep: str | None = None
+) -> list[SweepRun]:
+    """End as `interrupted` every run under way (of `sweep`, when given): its process is
+    gone. A page still `sending` becomes `unknown`: its call may have been carried out.
+    The runs closed, as they now are."""
+    query = f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE result IS NULL"
+    params: tuple[Any, ...] = ()
+    if sweep is not None:
+        query, params = query + " AND sweep = ?", (sweep,)
+    closed = []
+    for row in connection.execute(query, params).fetchall():
+        run = _run(row)
+        sending = connection.execute(
+            "SELECT page, count FROM sweep_pages WHERE run_id = ? AND outcome = 'sending'",
+            (run.id,),
+        ).fetchone()
+        if sending is None:
+            error = "cut short between two pages (recoveryd stopped)"
+        else:
+            page, count = sending
+            lost = "the listing's answer was lost" if run.dry_run else (
+                f"the service may have recovered up to {count} runs that are not recorded "
+                "here (they left the DLQ, so none is recovered twice)"
+            )  # fmt: skip
+            error = f"cut short (recoveryd stopped) while page {page} was out: {lost}"
+            settle_page(
+                connection, run.id, page, outcome="unknown", items=(), next_cursor=None,
+                error="no answer recorded: recoveryd stopped while the call was out", now=now,
+            )  # fmt: skip
+        finish_run(connection, run.id, "interrupted", error, now)
+        closed.append(_with_pages(connection, _run(_select_run(connection, run.id))))
+    return closed
+
+
+def runs(connection: sqlite3.Connection, sweep: str, limit: int) -> list[SweepRun]:
+    """The latest `limit` runs of `sweep`, newest first, with their pages."""
+    rows = connection.execute(
+        f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE sweep = ? ORDER BY id DESC LIMIT ?",
+        (sweep, limit),
+    ).fetchall()
+    return [_with_pages(connection, _run(row)) for row in rows]
+
+
+def last_successes(connection: sqlite3.Connection) -> dict[str, float]:
+    """When each sweep's last successful run finished (Unix time)."""
+    rows = connection.execute(
+        "SELECT sweep, max(finished_at) FROM sweep_runs WHERE result = 'success' GROUP BY sweep"
+    ).fetchall()
+    return {sweep: finished for sweep, finished in rows}
+
+
+def _forget_old_runs(connection: sqlite3.Connection, sweep: str) -> None:
+    old = "SELECT id FROM sweep_runs WHERE sweep = ? ORDER BY id DESC LIMIT -1 OFFSET ?"
+    connection.execute(f"DELETE FROM sweep_pages WHERE run_id IN ({old})", (sweep, KEEP_RUNS))
+    connection.execute(f"DELETE FROM sweep_runs WHERE id IN ({old})", (sweep, KEEP_RUNS))
+
+
+def _select_run(connection: sqlite3.Connection, run_id: int) -> tuple[Any, ...]:
+    row: tuple[Any, ...] = connection.execute(
+        f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE id = ?", (run_id,)
+    ).fetchone()
+    return row
+
+
+def _with_pages(connection: sqlite3.Connection, run: SweepRun) -> SweepRun:
+    rows = connection.execute(
+        f"SELECT {_PAGE_COLUMNS} FROM sweep_pages WHERE run_id = ? ORDER BY page", (run.id,)
+    ).fetchall()
+    pages = tuple(
+        SweepPage(page, count, cursor, sent_at, answered_at, outcome, next_cursor,
+                  tuple(json.loads(items)), error)
+        for page, count, cursor, sent_at, answered_at, outcome, next_cursor, items, error in rows
+    )  # fmt: skip
+    return dataclasses.replace(run, page_records=pages)
+
+
+def _run(row: tuple[Any, ...]) -> SweepRun:
+    (run_id, sweep, action, dry_run, filter, overrides, max_per_run, started_at, finished_at,
+     result, error, pages, workflows, cursor) = row  # fmt: skip
+    return SweepRun(
+        id=run_id,
+        sweep=sweep,
+        action=action,
+        dry_run=bool(dry_run),
+        filter=json.loads(filter),
+        overrides=None if overrides is None else json.loads(overrides),
+        max_per_run=max_per_run,
+        started_at=started_at,
+        finished_at=finished_at,
+        result=result,
+        error=error,
+        pages=pages,
+        workflows=workflows,
+        cursor=cursor,
+    )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

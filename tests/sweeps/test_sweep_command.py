@@ -1,0 +1,104 @@
+"""`recoveryd sweep NAME --dry-run` as users run it, a separate process against the
+emulator: it lists exactly what the sweep's filter selects now and changes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from daemon.emulator import create_app
+from daemon.serving import serve_in_thread
+from tests.processes import environ
+from tests.support import emulator_config
+from tests.sweeps.support import interleaved, matching, not_matching, split, sweep_rules
+
+
+@pytest.fixture
+def service_url() -> Iterator[str]:
+    with serve_in_thread(create_app(emulator_config(execute_runs=False))) as url:
+        yield url
+
+
+def seed(service_url: str, selected: int) -> tuple[list[str], list[str]]:
+    messages = interleaved(matching(selected), not_matching())
+    response = httpx.post(f"{service_url}/_emulator/dlq", json={"messages": messages})
+    response.raise_for_status()
+    return split(response.json()["dlqIds"], messages)
+
+
+def sweep(tmp_path: Path, service_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", "sweep", *args],
+        env=environ(tmp_path, SERVICE_URL=service_url, RULES=str(tmp_path / "rules.yaml")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def journal(service_url: str) -> list[dict[str, str]]:
+    calls: list[dict[str, str]] = httpx.get(f"{service_url}/_emulator/journal").json()
+    return calls
+
+
+def in_dlq(service_url: str) -> list[str]:
+    return [entry["dlqId"] for entry in httpx.get(f"{service_url}/_emulator/dlq").json()]
+
+
+def test_dry_run_lists_exactly_what_the_filter_selects_and_changes_nothing(
+    tmp_path: Path, service_url: str
+) -> None:
+    """Each selected entry once, with its run id, url and creation time, then the count;
+    the emulator saw only listings (no bulk call) and its DLQ is as it was."""
+    (tmp_path / "rules.yaml").write_text(sweep_rules("1h"))
+    selected, others = seed(service_url, 130)
+    result = sweep(tmp_path, service_url, "restart-billing", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    header, *entries, summary = result.stdout.splitlines()
+    assert header.startswith("sweep restart-billing: restart what this filter selects now")
+    assert sorted(line.split()[0] for line in entries) == sorted(selected)
+    assert all(len(line.split()) == 4 for line in entries)
+    assert entries[0].split()[3] == "2025-11-20T00:53:20.000+00:00"  # fromDate, inclusive
+    assert summary == "130 workflow run(s) would be restarted by sweep restart-billing"
+    calls = journal(service_url)
+    assert {(call["method"], call["path"]) for call in calls} == {("GET", "/v2/workflows/dlq")}
+    assert sorted(in_dlq(service_url)) == sorted(selected + others)
+
+
+def test_dry_run_stops_at_max_per_run_and_says_more_match(tmp_path: Path, service_url: str) -> None:
+    """As a run would: at most maxPerRun entries, and a note that more match."""
+    (tmp_path / "rules.yaml").write_text(sweep_rules("1h", maxPerRun=40))
+    seed(service_url, 130)
+    result = sweep(tmp_path, service_url, "restart-billing", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 + 40 + 1
+    assert lines[-1] == (
+        "40 workflow run(s) would be restarted by sweep restart-billing; "
+        "more match beyond maxPerRun (40)"
+    )
+
+
+def test_without_dry_run_it_refuses_and_calls_nothing(tmp_path: Path, service_url: str) -> None:
+    """Running a sweep by hand is not offered: a usage error that says where sweeps run."""
+    (tmp_path / "rules.yaml").write_text(sweep_rules("1h"))
+    result = sweep(tmp_path, service_url, "restart-billing")
+    assert result.returncode == 2
+    assert "runs on its schedule in `recoveryd serve`" in result.stderr
+    assert "--dry-run" in result.stderr
+    assert journal(service_url) == []
+
+
+def test_an_unknown_sweep_is_named_with_the_known_ones(tmp_path: Path, service_url: str) -> None:
+    """A name the rules file has no sweep for: exit 1, naming the sweeps it has."""
+    (tmp_path / "rules.yaml").write_text(sweep_rules("1h"))
+    result = sweep(tmp_path, service_url, "nightly", "--dry-run")
+    assert result.returncode == 1
+    assert "no sweep named 'nightly' (sweeps: restart-billing)" in result.stderr
+    assert journal(service_url) == []
