@@ -73,6 +73,7 @@ MIGRATIONS = (
     notify.SCHEMA,
     sweeps.SCHEMA,
     endpoints.SCHEMA,
+    lineage.RUN_INDEX_DROPPED,
 )
 
 

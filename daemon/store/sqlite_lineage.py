@@ -39,6 +39,12 @@ SCHEMA = """
     CREATE INDEX recovered_runs_by_batch ON recovered_runs (batch_id);
 """
 
+# Migration 13: budgets count by workflow_key now (callbacks_by_workflow); the index by run
+# id that the count per run id read would only cost every write of a decision.
+RUN_INDEX_DROPPED = """
+    DROP INDEX callbacks_by_run;
+"""
+
 _RECOVERING = ", ".join(f"'{state}'" for state in RECOVERING)  # literals: the index is used
 # A notify or remove-endpoint decision ends `done` too, but recovers nothing.
 _RECOVERIES = "'resume', 'restart'"

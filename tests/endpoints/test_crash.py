@@ -4,8 +4,10 @@ the record that restores it is never lost."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +47,12 @@ def members_of(control: httpx.Client, group: str) -> list[dict[str, str]]:
     return next(found["endpoints"] for found in groups if found["name"] == group)
 
 
-def test_a_kill_while_the_delete_is_in_flight_neither_removes_twice_nor_loses_the_record(
-    tmp_path: Path,
-) -> None:
-    """The service holds the DELETE; the daemon is killed meanwhile, and the service
-    carries the DELETE out for no one. The next start finds the removal under way, reads
-    the group, sees the endpoint gone and records it removed, sending nothing again; the
-    endpoint can then be restored from the record."""
+@contextlib.contextmanager
+def orders_under_fault(
+    tmp_path: Path, fault: dict[str, Any]
+) -> Iterator[tuple[httpx.Client, dict[str, str], list[dict[str, str]]]]:
+    """The emulator with the URL Group orders (a, b, c) and `fault` armed on its endpoints'
+    path: a client for its control API, the daemon's settings, and the group's members."""
     members = endpoints("orders", "a", "b", "c")
     path = tmp_path / "rules.yaml"
     path.write_text(rules(failures=1))
@@ -60,10 +61,19 @@ def test_a_kill_while_the_delete_is_in_flight_neither_removes_twice_nor_loses_th
         httpx.Client(base_url=service_url, timeout=10) as control,
     ):
         control.post("/_emulator/url-groups", json={"name": "orders", "endpoints": members})
-        fault = {"kind": "latency", "seconds": 6, "paths": ["/v2/topics/orders/endpoints"]}
         control.post("/_emulator/faults", json=fault).raise_for_status()
-        settings = {"SERVICE_URL": service_url, "RULES": str(path)}
+        yield control, {"SERVICE_URL": service_url, "RULES": str(path)}, members
 
+
+def test_a_kill_while_the_delete_is_in_flight_neither_removes_twice_nor_loses_the_record(
+    tmp_path: Path,
+) -> None:
+    """The service holds the DELETE; the daemon is killed meanwhile, and the service
+    carries the DELETE out for no one. The next start finds the removal under way, reads
+    the group, sees the endpoint gone and records it removed, sending nothing again; the
+    endpoint can then be restored from the record."""
+    fault = {"kind": "latency", "seconds": 6, "paths": ["/v2/topics/orders/endpoints"]}
+    with orders_under_fault(tmp_path, fault) as (control, settings, members):
         with serving(tmp_path, **settings) as served:
             dlq_id = fail_once(control, served, dead_letter("orders", members[2]))
             wait_for(lambda: [r["state"] for r in removals_of(served)] == ["removing"])
@@ -98,18 +108,8 @@ def test_a_kill_before_the_delete_was_carried_out_removes_the_endpoint_once_at_t
     """The intent is recorded, but the service refuses the DELETE (429) until the daemon is
     killed. The next start reads the group, finds the endpoint still there and removes it:
     one DELETE carried out in all."""
-    members = endpoints("orders", "a", "b", "c")
-    path = tmp_path / "rules.yaml"
-    path.write_text(rules(failures=1))
-    with (
-        serve_in_thread(create_app(emulator_config(execute_runs=False))) as service_url,
-        httpx.Client(base_url=service_url, timeout=10) as control,
-    ):
-        control.post("/_emulator/url-groups", json={"name": "orders", "endpoints": members})
-        fault = {"kind": "rate_limit", "times": 1000, "paths": ["/v2/topics/orders/endpoints"]}
-        control.post("/_emulator/faults", json=fault).raise_for_status()
-        settings = {"SERVICE_URL": service_url, "RULES": str(path)}
-
+    fault = {"kind": "rate_limit", "times": 1000, "paths": ["/v2/topics/orders/endpoints"]}
+    with orders_under_fault(tmp_path, fault) as (control, settings, members):
         with serving(tmp_path, **settings) as served:
             fail_once(control, served, dead_letter("orders", members[2]))
             wait_for(lambda: [r["state"] for r in removals_of(served)] == ["removing"])
