@@ -1,8 +1,10 @@
-"""`recoveryd serve` as a separate process, on free loopback ports, as the tests run it."""
+"""`recoveryd serve`, or the emulator, as a separate process on free loopback ports, as
+the tests run them."""
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import socket
@@ -11,10 +13,14 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import httpx
+import uvicorn
 
+from daemon.emulator import EmulatorConfig, create_app
+from daemon.serving import bind
 from tests.support import daemon_env
 
 
@@ -99,3 +105,38 @@ def wait_until_healthy(served: Served) -> None:
                 return
         time.sleep(0.05)
     raise AssertionError("serve did not become healthy")
+
+
+@contextlib.contextmanager
+def emulator_process(config: EmulatorConfig) -> Iterator[str]:
+    """The emulator in a process of its own; yields its base URL.
+
+    For tests that assert on when calls *arrive*: the service's rate limit is counted in
+    one-second windows at arrival. An emulator on a thread of the test's process shares
+    the GIL with recoveryd, so a busy moment there delays some arrivals more than others
+    and moves calls sent a window apart into one window, which the network between two
+    machines does far less. (The client's 50 ms of headroom is for that network.)"""
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no fork of this loop
+    port_in, port_out = context.Pipe(duplex=False)
+    process = context.Process(
+        target=_serve_emulator, args=(config, port_out), name="emulator", daemon=True
+    )
+    process.start()
+    port_out.close()
+    try:
+        if not port_in.poll(60):
+            raise RuntimeError("the emulator process did not start")
+        yield f"http://127.0.0.1:{port_in.recv()}"
+    finally:
+        process.terminate()
+        process.join(10)
+
+
+def _serve_emulator(config: EmulatorConfig, port_out: Connection) -> None:
+    """The emulator process: bind a free port (calls queue there until it serves), tell
+    the parent, serve until SIGTERM."""
+    sock = bind("127.0.0.1", 0)
+    port_out.send(sock.getsockname()[1])
+    port_out.close()
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", lifespan="on"))
+    server.run(sockets=[sock])

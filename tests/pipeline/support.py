@@ -15,6 +15,7 @@ import httpx
 
 from daemon.emulator import Emulator, create_app
 from daemon.serving import serve_in_thread
+from tests.processes import emulator_process
 from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd
 
 BULK_PATHS = ("/v2/workflows/dlq/resume", "/v2/workflows/dlq/restart")
@@ -34,7 +35,14 @@ FINAL = ("done", "gone", "skipped", "failed", "dry-run")
 class Harness:
     recoveryd: Recoveryd
     control: httpx.AsyncClient  # the emulator's control API
-    emulator: Emulator  # its state, on the emulator's thread: read it, don't change it
+    on_thread: Emulator | None  # its state when it runs on a thread here, else None
+
+    @property
+    def emulator(self) -> Emulator:
+        """The emulator's state, on the emulator's thread: read it, don't change it."""
+        if self.on_thread is None:
+            raise AttributeError("the emulator runs apart: read it through `control`")
+        return self.on_thread
 
     async def seed(self, messages: list[dict[str, Any]]) -> list[str]:
         response = await self.control.post("/_emulator/dlq", json={"messages": messages})
@@ -107,10 +115,18 @@ def assert_recovered_once(
 
 @contextlib.asynccontextmanager
 async def harness(
-    tmp_path: Path, rules: str, *, emulator: dict[str, Any] | None = None, **options: Any
+    tmp_path: Path,
+    rules: str,
+    *,
+    emulator: dict[str, Any] | None = None,
+    apart: bool = False,
+    **options: Any,
 ) -> AsyncIterator[Harness]:
     """The emulator (runs are recorded, not executed) and recoveryd with `rules` (the
-    text of a rules file); `options` go to `running_recoveryd`."""
+    text of a rules file); `options` go to `running_recoveryd`. The emulator runs on its
+    own thread and loop, as the service is another machine: sharing recoveryd's loop would
+    delay its arrivals by recoveryd's work. `apart` puts it in its own process, for tests
+    that assert on how many calls arrive in a second (see `emulator_process`)."""
     path = tmp_path / "rules.yaml"
     path.write_text(rules)
     # A limit the service announces on every answer, as QStash does: the daemon learns it
@@ -118,15 +134,13 @@ async def harness(
     config = emulator_config(
         **{"execute_runs": False, "max_requests_per_second": 1000, **(emulator or {})}
     )
-    # The emulator on its own thread and loop, as the service is another machine: sharing
-    # recoveryd's loop would delay its arrivals by recoveryd's work, and the rate limit
-    # is counted at arrival.
-    app = create_app(config)
-    with serve_in_thread(app) as service_url:
+    app = None if apart else create_app(config)
+    served = emulator_process(config) if app is None else serve_in_thread(app)
+    with served as service_url:
         async with (
             httpx.AsyncClient(base_url=service_url, timeout=30) as control,
             running_recoveryd(
                 tmp_path, SERVICE_URL=service_url, RULES=str(path), **options
             ) as recoveryd,
         ):
-            yield Harness(recoveryd, control, app.state.emulator)
+            yield Harness(recoveryd, control, None if app is None else app.state.emulator)

@@ -8,20 +8,20 @@ from pathlib import Path
 
 import httpx
 
-from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
 from tests.pipeline.support import FINAL, RESUME_ALL
+from tests.processes import emulator_process
 from tests.support import callback_json, emulator_config, running_recoveryd, workflows
 
-WAITING = 1000
-LIMIT = 10  # requests per second
+WAITING = 200
+SETTLED = 100  # seconds of calls at the limit, well past the learning of it
+LIMIT = 20  # requests per second
 
 
 async def test_a_backlog_at_an_unlearned_limit_earns_at_most_one_429(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text(RESUME_ALL)
     config = emulator_config(execute_runs=False, max_requests_per_second=LIMIT)
-    with serve_in_thread(create_app(config)) as service_url:
+    with emulator_process(config) as service_url:
         async with httpx.AsyncClient(base_url=service_url, timeout=30) as control:
             seeded = await control.post("/_emulator/dlq", json={"messages": workflows(WAITING)})
             dlq_ids: list[str] = seeded.json()["dlqIds"]
@@ -38,12 +38,12 @@ async def test_a_backlog_at_an_unlearned_limit_earns_at_most_one_429(tmp_path: P
                 async with asyncio.timeout(120):
                     while True:
                         states = (await recoveryd.admin.get("/api/v1/status")).json()["states"]
-                        if sum(states[state] for state in FINAL) >= 300:
+                        if sum(states[state] for state in FINAL) >= SETTLED:
                             break
                         await asyncio.sleep(0.2)
             journal = (await control.get("/_emulator/journal")).json()
             stats = (await control.get("/_emulator/stats")).json()
 
-    assert len(journal) >= 300
+    assert len(journal) >= SETTLED
     assert sum(call["status"] == 429 for call in journal) <= 1
     assert stats["max_requests_in_window"] <= LIMIT + 1  # the one that teaches the limit

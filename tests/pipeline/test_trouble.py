@@ -107,7 +107,11 @@ async def test_under_every_kind_of_fault_all_settle_within_the_rate_limit(
     tmp_path: Path,
 ) -> None:
     async with harness(
-        tmp_path, RESUME_ALL, emulator={"max_requests_per_second": 20}, http_timeout=0.3
+        tmp_path,
+        RESUME_ALL,
+        emulator={"max_requests_per_second": 20},
+        apart=True,
+        http_timeout=0.3,
     ) as h:
         dlq_ids = await h.seed(workflows(60))
         for fault in (
