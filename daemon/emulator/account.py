@@ -6,6 +6,7 @@ import base64
 import binascii
 import secrets
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 # The limits of section 8, with the values of a paid account (samples/account-record.json).
@@ -85,14 +86,13 @@ class Account:
         """The password in force (for in-process tests; never served by the control API)."""
         return self._password
 
-    def record(self, max_requests_per_second: int | None) -> dict[str, Any]:
-        """The account record of spec 2.2 and section 8, with the credentials in force.
+    def record(self, enforced: Mapping[str, int | None]) -> dict[str, Any]:
+        """The account record of spec 2.2 and section 8, with the credentials in force and
+        the `enforced` limits (None: not enforced, so the plan's default is shown).
 
         Timestamps are unix seconds, as QStash's are (the spec does not show the unit).
         """
-        limits = dict(DEFAULT_LIMITS)
-        if max_requests_per_second is not None:
-            limits["max_requests_per_second"] = max_requests_per_second
+        limits = DEFAULT_LIMITS | {k: v for k, v in enforced.items() if v is not None}
         return {
             "customer_id": self.username,
             "id": self.id,

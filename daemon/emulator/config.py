@@ -38,6 +38,8 @@ class EmulatorConfig:
     signing_key_next: str = field(default="", repr=False)
     header_prefix: str = DEFAULT_HEADER_PREFIX
     max_requests_per_second: int | None = None
+    # The account's daily budget of calls; None: not enforced, and no `RateLimit-*` header.
+    max_requests_per_day: int | None = None
     delivery_retry_delay: float = 0.05
     delivery_timeout: float = 5.0
     # Delays of resumed/restarted runs are honoured but capped, so a `1h` override stays testable.
@@ -59,8 +61,10 @@ class EmulatorConfig:
     def _validate(self) -> None:
         if not _PREFIX_WORD.match(self.header_prefix):
             raise ValueError("header_prefix must be one word of letters and digits, e.g. Service")
-        if self.max_requests_per_second is not None and self.max_requests_per_second < 1:
-            raise ValueError("max_requests_per_second must be a positive integer or None")
+        for name in ("max_requests_per_second", "max_requests_per_day"):
+            limit = getattr(self, name)
+            if limit is not None and limit < 1:
+                raise ValueError(f"{name} must be a positive integer or None")
         for name in ("delivery_retry_delay", "delivery_timeout", "max_delay_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
@@ -75,9 +79,12 @@ class EmulatorConfig:
         def text(variable: str, default: str = "") -> str:
             return env.get(variable, "").strip() or default
 
-        rps = text("EMULATOR_MAX_RPS")
-        if rps and (not re.fullmatch("[0-9]+", rps) or int(rps) < 1):
-            raise ValueError(f"EMULATOR_MAX_RPS must be a positive integer, got {rps!r}")
+        def limit(variable: str) -> int | None:
+            value = text(variable)
+            if value and (not re.fullmatch("[0-9]+", value) or int(value) < 1):
+                raise ValueError(f"{variable} must be a positive integer, got {value!r}")
+            return int(value) if value else None
+
         return cls(
             token=text("EMULATOR_TOKEN"),
             username=text("EMULATOR_USERNAME", DEFAULT_USERNAME),
@@ -85,5 +92,6 @@ class EmulatorConfig:
             signing_key_current=text("EMULATOR_SIGNING_KEY_CURRENT"),
             signing_key_next=text("EMULATOR_SIGNING_KEY_NEXT"),
             header_prefix=text("EMULATOR_HEADER_PREFIX", DEFAULT_HEADER_PREFIX),
-            max_requests_per_second=int(rps) if rps else None,
+            max_requests_per_second=limit("EMULATOR_MAX_RPS"),
+            max_requests_per_day=limit("EMULATOR_MAX_REQUESTS_PER_DAY"),
         )

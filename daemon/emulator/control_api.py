@@ -33,10 +33,13 @@ Lists are answered as plain JSON arrays.
   are journaled with `"outage": mode` and status 503, or 0 when dropped or held.
   `GET`/`DELETE` -> `{"active", "mode", "seconds", "remaining", "retryAfter", "calls",
   "held"}`: `calls` met by the outage switched on last, `held` being held right now.
-* `GET /_emulator/account` / `POST /_emulator/account` `{"max_requests_per_second": N|null}`
-  -> `{"max_requests_per_second", "username", "rotations"}` (never a credential).
-* `GET /_emulator/stats` -> `{"rate_limited", "max_requests_in_window", "calls"}`:
-  429s sent, most rate-limited calls that arrived in one window, and those calls in all.
+* `GET /_emulator/account` / `POST /_emulator/account` `{"max_requests_per_second"?: N|null,
+  "max_requests_per_day"?: N|null}` (a field left out is kept; null lifts the limit) ->
+  `{"max_requests_per_second", "max_requests_per_day", "username", "rotations"}` (never a
+  credential).
+* `GET /_emulator/stats` -> `{"rate_limited", "daily_used", "max_requests_in_window",
+  "calls"}`: 429s sent, calls spent of today's budget, most rate-limited calls that arrived
+  in one window, and those calls in all.
 * `POST /_emulator/publish[?wait=true&timeout=S]` `PublishRequest` -> `{"messageId",
   "deliveries": [id, ...]}` at once (`messageId` is the first delivery's; a URL Group gets one
   message per endpoint); with `wait`, once every delivery is final, plus `"outcomes":
@@ -85,8 +88,11 @@ class GroupRequest(BaseModel):
 
 
 class AccountSettings(BaseModel):
+    """The limits to enforce from now on; a field left out keeps its value, null lifts it."""
+
     model_config = ConfigDict(extra="forbid")
-    max_requests_per_second: int | None = Field(ge=1)
+    max_requests_per_second: int | None = Field(None, ge=1)
+    max_requests_per_day: int | None = Field(None, ge=1)
 
 
 @control.post("/dlq")
@@ -168,7 +174,7 @@ async def end_outage(emulator: EmulatorDep) -> JSONResponse:
 
 def _account_settings(emulator: Emulator) -> dict[str, Any]:
     return {
-        "max_requests_per_second": emulator.max_requests_per_second,
+        **emulator.enforced_limits(),
         "username": emulator.account.username,
         "rotations": emulator.account.rotations,
     }
@@ -181,7 +187,8 @@ async def read_account(emulator: EmulatorDep) -> JSONResponse:
 
 @control.post("/account")
 async def set_account(body: AccountSettings, emulator: EmulatorDep) -> JSONResponse:
-    emulator.max_requests_per_second = body.max_requests_per_second
+    for name in body.model_fields_set:
+        setattr(emulator, name, getattr(body, name))
     return JSONResponse(_account_settings(emulator))
 
 

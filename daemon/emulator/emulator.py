@@ -22,7 +22,7 @@ from daemon.emulator.headers import HeaderNames, as_lists, canonical, with_heade
 from daemon.emulator.journal import Journal
 from daemon.emulator.outage import Outage
 from daemon.emulator.overrides import Overrides, is_http_url
-from daemon.emulator.ratelimit import FixedWindow
+from daemon.emulator.ratelimit import DailyBudget, FixedWindow
 from daemon.emulator.state import (
     DlqEntry,
     Run,
@@ -34,6 +34,9 @@ from daemon.emulator.state import (
     random_id,
 )
 from daemon.emulator.tasks import Background
+
+# The most messages one bulk delete takes out, as the SDKs' default `count` is.
+MAX_DELETED = 100
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -108,6 +111,7 @@ class Emulator:
         self.store = Store()
         self.journal = Journal()
         self.limiter = FixedWindow(config.max_requests_per_second)
+        self.daily = DailyBudget(config.max_requests_per_day)
         self.faults = FaultBook()
         self.outage = Outage()
         self.background = Background()
@@ -141,6 +145,21 @@ class Emulator:
     def max_requests_per_second(self, limit: int | None) -> None:
         self.limiter.limit = limit
 
+    @property
+    def max_requests_per_day(self) -> int | None:
+        return self.daily.limit
+
+    @max_requests_per_day.setter
+    def max_requests_per_day(self, limit: int | None) -> None:
+        self.daily.limit = limit
+
+    def enforced_limits(self) -> dict[str, int | None]:
+        """The account's limits the emulator enforces now; None: not enforced."""
+        return {
+            "max_requests_per_second": self.max_requests_per_second,
+            "max_requests_per_day": self.max_requests_per_day,
+        }
+
     def http_client(self) -> httpx.AsyncClient:
         if self._given_client is not None:
             return self._given_client
@@ -164,12 +183,14 @@ class Emulator:
         self.outage.clear()
         self.courier.clear()
         self.limiter.reset(self.config.max_requests_per_second)
+        self.daily.reset(self.config.max_requests_per_day)
         self.rate_limited = 0
         self.account = self._new_account()
 
     def stats(self) -> dict[str, int]:
         return {
             "rate_limited": self.rate_limited,
+            "daily_used": self.daily.used,
             "max_requests_in_window": self.limiter.max_in_window,
             "calls": self.limiter.calls,
         }
@@ -202,7 +223,23 @@ class Emulator:
         [entry] = self.seed([seed])
         return entry
 
-    # Bulk resume and restart.
+    def delete(self, dlq_id: str) -> None:
+        """Take one message out of the DLQ (QStash's `DELETE /v2/dlq/{dlqId}`)."""
+        self.dlq_message(dlq_id)  # 404 when it is not there
+        del self.store.dlq[dlq_id]
+
+    def delete_selected(self, query: BulkQuery) -> tuple[int, str]:
+        """Take a page of the selected messages out of the DLQ (QStash's bulk delete): how
+        many, and the cursor of the rest ("" when none is left). Ids named are all taken."""
+        page = max(MAX_DELETED, len(query.dlq_ids))
+        batch = select_batch(
+            self.store.entries(), query, newest_seq=self.store.last_seq, page_size=page
+        )
+        for entry in batch.entries:
+            del self.store.dlq[entry.dlq_id]
+        return len(batch.entries), batch.cursor
+
+    # Resume and restart.
 
     def recover(
         self, mode: RunMode, query: BulkQuery, overrides: Overrides
@@ -213,24 +250,33 @@ class Emulator:
         """
         batch = select_batch(self.store.entries(), query, newest_seq=self.store.last_seq)
         now = self.now_ms()
-        runs = []
-        for entry in batch.entries:
-            del self.store.dlq[entry.dlq_id]
-            run, message = self._new_run(entry, mode, overrides, now)
-            delivery = self.courier.register(message)
-            run.delivery_id = delivery.id
-            self.store.runs.append(run)
-            runs.append(run)
-            if self.config.execute_runs:
-                self.background.spawn(self._execute(run, delivery), f"run {run.workflow_run_id}")
+        runs = [self._start_run(entry, mode, overrides, now) for entry in batch.entries]
         return runs, batch.cursor
+
+    def recover_one(self, mode: RunMode, dlq_id: str, overrides: Overrides) -> Run:
+        """Resume or restart the workflow run of one DLQ message (QStash's single routes):
+        404 when it is not in the DLQ, 400 when it is not a workflow run's."""
+        entry = self.dlq_message(dlq_id)
+        if entry.workflow is None:
+            raise BadRequest(f"message {dlq_id} is not a workflow run's: nothing to {mode}")
+        return self._start_run(entry, mode, overrides, self.now_ms())
+
+    def _start_run(self, entry: DlqEntry, mode: RunMode, overrides: Overrides, now: int) -> Run:
+        del self.store.dlq[entry.dlq_id]
+        run, message = self._new_run(entry, mode, overrides, now)
+        delivery = self.courier.register(message)
+        run.delivery_id = delivery.id
+        self.store.runs.append(run)
+        if self.config.execute_runs:
+            self.background.spawn(self._execute(run, delivery), f"run {run.workflow_run_id}")
+        return run
 
     def _new_run(
         self, entry: DlqEntry, mode: RunMode, overrides: Overrides, now: int
     ) -> tuple[Run, Message]:
         # Both modes give the run a new id, as the service does; restart vs resume only
         # matters to the workflow's own steps, which the emulator does not model.
-        assert entry.workflow is not None  # select_batch only selects workflow entries
+        assert entry.workflow is not None  # only workflow entries are resumed or restarted
         retries = overrides.retries
         run = Run(
             workflow_run_id="wfr_" + random_id(),

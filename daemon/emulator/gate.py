@@ -12,7 +12,7 @@ from daemon.emulator.errors import error_response
 from daemon.emulator.faults import CORRUPT_GZIP, ConnectionDropped, FaultSpec
 from daemon.emulator.journal import Call, new_call
 from daemon.emulator.outage import ServiceDown
-from daemon.emulator.ratelimit import burst_headers
+from daemon.emulator.ratelimit import CallLimits, burst_headers
 
 CONTROL_PREFIX = "/_emulator"
 ACCOUNT_PATH = "/service/user/rotatetoken"
@@ -55,11 +55,14 @@ class ServiceGate:
 
     In order: an outage in force answers the call itself (503, drop or hang; see `outage`)
     and nothing below sees it. Otherwise the call is counted in its rate-limit window
-    (every authenticated arrival counts), an armed fault is applied, the limit is enforced
-    (429), and the app answers. The `Burst-RateLimit-*` headers go on every answer while a
-    limit is set, unless a fault says `headers: false`; no `Retry-After` (the service
-    promises none) unless a fault asks for it. The call is journaled when it has been
-    answered (or dropped, with status 0).
+    (every authenticated arrival counts), an armed fault is applied, the daily budget
+    then the burst limit are enforced (429), and the app answers, which spends one call
+    of the daily budget. The `Burst-RateLimit-*` headers go on every answer while a limit
+    is set, and the `RateLimit-*` ones while a daily budget is, unless a fault says
+    `headers: false`; no `Retry-After` (the service promises none) unless a fault asks
+    for it. A 429 other than the daily one carries no `RateLimit-*` header: the SDKs take
+    any 429 with `RateLimit-Limit` for the daily limit. The call is journaled when it has
+    been answered (or dropped, with status 0).
     """
 
     def __init__(self, app: ASGIApp, emulator: Emulator) -> None:
@@ -85,10 +88,13 @@ class ServiceGate:
         emulator = self.emulator
         path: str = scope["path"]
         counted = is_rate_limited(path) and is_authenticated(scope, emulator.account)
-        verdict = emulator.limiter.hit(emulator.clock()) if counted else None
+        now = emulator.clock()
         fault = emulator.faults.take(path)
-        quiet = fault is not None and not fault.headers
-        burst = verdict.headers() if verdict is not None and not quiet else {}
+        limits = CallLimits(
+            burst=emulator.limiter.hit(now) if counted else None,
+            daily=emulator.daily.check(now) if counted else None,
+            quiet=fault is not None and not fault.headers,
+        )
 
         async def receive_journaled() -> Message:
             message = await receive()
@@ -101,7 +107,7 @@ class ServiceGate:
                 call.status = message["status"]
                 if call.status == 429:
                     emulator.rate_limited += 1
-                message = _add_headers(message, burst)
+                message = _add_headers(message, limits.headers(call.status))
             await send(message)
 
         answer: Send = send_journaled
@@ -110,14 +116,14 @@ class ServiceGate:
             call.fault = fault.kind
             if fault.kind == "corrupt_gzip" and fault.carriedOut:
                 # A proxy mangling the real answer: the service acts, the client cannot read it.
-                # (A call over the limit is refused before the service, so not carried out.)
-                call.carried_out = verdict is None or verdict.allowed
+                # (A call over a limit is refused before the service, so not carried out.)
+                call.carried_out = limits.refusal is None
                 answer = _corrupting(send_journaled)
             elif await self._fault(fault, scope, for_app, send_journaled, call):
                 return
-        if verdict is not None and not verdict.allowed:
-            response = error_response(429, "rate limit exceeded")
-            await response(scope, for_app, answer)
+        refusal = limits.admit(emulator.daily)
+        if refusal is not None:
+            await error_response(429, refusal)(scope, for_app, answer)
             return
         await self.app(scope, for_app, answer)
 

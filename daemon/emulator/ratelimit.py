@@ -1,4 +1,5 @@
-"""The account's requests-per-second limit, counted in fixed one-second windows."""
+"""The account's limits on calls: requests per second, counted in fixed one-second
+windows, and requests per day, counted per UTC day."""
 
 from __future__ import annotations
 
@@ -60,3 +61,95 @@ class FixedWindow:
             return Verdict(True, None, 0, window + 1)
         remaining = max(0, self.limit - self._count)
         return Verdict(self._count <= self.limit, self.limit, remaining, window + 1)
+
+
+DAY = 86_400  # seconds
+
+
+@dataclass(frozen=True)
+class DailyVerdict:
+    """What the daily budget says about one call, and the `RateLimit-*` headers it earns."""
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset: int  # unix seconds: the next UTC midnight
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(self.reset),
+        }
+
+
+class DailyBudget:
+    """The account's requests per day (`max_requests_per_day`), counted per UTC day.
+
+    The service documents the headers and the 429, not what spends the budget; here
+    every call it serves does (the calls the burst limit counts), and a call it refuses
+    or a fault answers does not.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+        self._day: int | None = None
+
+    def reset(self, limit: int | None) -> None:
+        """Forget what was spent, and start over with `limit`."""
+        self.limit = limit
+        self.used = 0
+        self._day = None
+
+    def check(self, now: float) -> DailyVerdict | None:
+        """Whether one more call fits today; None when no daily limit is set."""
+        if self.limit is None:
+            return None
+        day = math.floor(now / DAY)
+        if day != self._day:
+            self._day, self.used = day, 0
+        remaining = max(0, self.limit - self.used)
+        return DailyVerdict(remaining > 0, self.limit, remaining, (day + 1) * DAY)
+
+    def spend(self, verdict: DailyVerdict) -> DailyVerdict:
+        """Spend one call of the budget `verdict` allowed; the verdict after it."""
+        self.used += 1
+        return DailyVerdict(True, verdict.limit, max(0, verdict.remaining - 1), verdict.reset)
+
+
+@dataclass
+class CallLimits:
+    """What the account's limits say about one call: whether it is refused, and the
+    headers its answer carries. `quiet`: a fault asked for no such header."""
+
+    burst: Verdict | None
+    daily: DailyVerdict | None
+    quiet: bool = False
+
+    @property
+    def refusal(self) -> str | None:
+        """The 429's message when a limit refuses the call, the daily one first."""
+        if self.daily is not None and not self.daily.allowed:
+            return "daily request limit exceeded"
+        if self.burst is not None and not self.burst.allowed:
+            return "rate limit exceeded"
+        return None
+
+    def admit(self, budget: DailyBudget) -> str | None:
+        """The 429's message when a limit refuses the call; else None, and the call is
+        spent from the daily `budget`."""
+        refusal = self.refusal
+        if refusal is None and self.daily is not None:
+            self.daily = budget.spend(self.daily)
+        return refusal
+
+    def headers(self, status: int) -> dict[str, str]:
+        if self.quiet:
+            return {}
+        told = self.burst.headers() if self.burst is not None else {}
+        # The SDKs take any 429 with `RateLimit-Limit` for the daily limit's: no other
+        # 429 may carry it.
+        if self.daily is not None and (status != 429 or not self.daily.allowed):
+            told |= self.daily.headers()
+        return told

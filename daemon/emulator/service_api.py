@@ -7,22 +7,35 @@ Choices where the spec says "not shown", following QStash:
   request that are not in the group are ignored; a request item matches an endpoint by its
   name or by its url;
 * adding endpoints (QStash) creates the group when it is missing and replaces an endpoint
-  with the same name or url; 200 with an empty body;
+  with the same name or url; 200 with an empty body; QStash's list of groups
+  (`GET /v2/topics`) and delete of one (`DELETE /v2/topics/{name}`, 200 with an empty
+  body, 404 when there is none) are served for the SDKs;
 * the bulk calls ignore any request body; see `bulk` for how filters combine;
-* QStash's listing of failed workflow runs (`GET /v2/workflows/dlq`) takes the bulk
-  calls' filters; see `listing`.
+* QStash's listings (`GET /v2/workflows/dlq`, `GET /v2/dlq`) take the bulk calls'
+  filters; see `listing`;
+* QStash's delete of one message (`DELETE /v2/dlq/{dlqId}`) answers 200 with an empty
+  body, 404 when it is not in the DLQ; its bulk delete (`DELETE /v2/dlq`) takes the ids
+  as `{"dlqIds": [...]}` in the body (the Python SDK) or as `dlqIds` parameters, or the
+  listing's filters with `count` and `cursor` (the JavaScript SDK), and answers
+  `{"deleted": n}` plus the `cursor` of the rest when some is left. A bulk delete that
+  names nothing at all is a 400: the SDKs send `count` even to delete "all", so an
+  empty one is a mistake, not a wish to empty the DLQ;
+* QStash's single resume and restart (`POST /v2/workflows/dlq/{resume,restart}/{dlqId}`)
+  take the bulk calls' override headers and answer the new run's reference; 404 when the
+  message is not in the DLQ, 400 when it is not a workflow run's.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
 from daemon.emulator.account import parse_basic, parse_bearer
-from daemon.emulator.bulk import parse_bulk_query
+from daemon.emulator.bulk import DLQ_PARAMS, parse_bulk_query
 from daemon.emulator.emulator import Emulator
 from daemon.emulator.errors import BadRequest, Unauthorized
 from daemon.emulator.gate import ACCOUNT_PATH
@@ -56,6 +69,53 @@ account = APIRouter()
 async def get_dlq_message(dlq_id: str, emulator: EmulatorDep) -> JSONResponse:
     """4.1: the DLQ message, or 404 once it has left the DLQ."""
     return JSONResponse(emulator.dlq_message(dlq_id).to_wire())
+
+
+@messages.get("/dlq")
+async def list_dlq(request: Request, emulator: EmulatorDep) -> JSONResponse:
+    """QStash's listing of the DLQ, a page at a time."""
+    query = parse_list_query(request.query_params.multi_items(), DLQ_PARAMS)
+    return JSONResponse(
+        list_page(emulator.store.entries(), query, newest_seq=emulator.store.last_seq)
+    )
+
+
+@messages.delete("/dlq/{dlq_id}")
+async def delete_dlq_message(dlq_id: str, emulator: EmulatorDep) -> Response:
+    """QStash's delete of one message; 404 when it is not in the DLQ."""
+    emulator.delete(dlq_id)
+    return Response(status_code=200)
+
+
+@messages.delete("/dlq")
+async def delete_dlq_messages(request: Request, emulator: EmulatorDep) -> JSONResponse:
+    """QStash's bulk delete: by ids (body or query), or a page of what the filters select."""
+    query = parse_bulk_query(request.query_params.multi_items(), DLQ_PARAMS)
+    if (await request.body()).strip():
+        ids = _body_ids(await _json_body(request))
+        if not ids and not query.names_anything:
+            return JSONResponse({"deleted": 0})  # an empty list deletes nothing
+        query = replace(query, dlq_ids=tuple(dict.fromkeys((*query.dlq_ids, *ids))))
+    if not query.names_anything:
+        raise BadRequest("name the messages to delete: dlqIds, a filter, or a count")
+    deleted, cursor = emulator.delete_selected(query)
+    answer: dict[str, Any] = {"deleted": deleted}
+    if cursor:
+        answer["cursor"] = cursor
+    return JSONResponse(answer)
+
+
+@messages.get("/topics")
+async def list_url_groups(emulator: EmulatorDep) -> JSONResponse:
+    """QStash's list of URL Groups: each as `GET /v2/topics/{name}` answers it."""
+    return JSONResponse([group.to_json() for group in emulator.store.groups.values()])
+
+
+@messages.delete("/topics/{name}")
+async def delete_url_group(name: str, emulator: EmulatorDep) -> Response:
+    """QStash's delete of a URL Group with its endpoints; 404 when there is none."""
+    emulator.store.delete_group(name)
+    return Response(status_code=200)
 
 
 @messages.get("/topics/{name}")
@@ -100,6 +160,23 @@ async def restart(request: Request, emulator: EmulatorDep) -> JSONResponse:
     return _bulk("restart", request, emulator)
 
 
+@messages.post("/workflows/dlq/resume/{dlq_id}")
+async def resume_one(dlq_id: str, request: Request, emulator: EmulatorDep) -> JSONResponse:
+    """QStash's resume of one workflow run from the DLQ."""
+    return _single("resume", dlq_id, request, emulator)
+
+
+@messages.post("/workflows/dlq/restart/{dlq_id}")
+async def restart_one(dlq_id: str, request: Request, emulator: EmulatorDep) -> JSONResponse:
+    """QStash's restart of one workflow run from the DLQ."""
+    return _single("restart", dlq_id, request, emulator)
+
+
+def _single(mode: RunMode, dlq_id: str, request: Request, emulator: Emulator) -> JSONResponse:
+    overrides = parse_overrides(request.headers.items(), emulator.config.header_prefix)
+    return JSONResponse(emulator.recover_one(mode, dlq_id, overrides).reference())
+
+
 def _bulk(mode: RunMode, request: Request, emulator: Emulator) -> JSONResponse:
     query = parse_bulk_query(request.query_params.multi_items())
     overrides = parse_overrides(request.headers.items(), emulator.config.header_prefix)
@@ -114,7 +191,7 @@ async def rotate_token(request: Request, emulator: EmulatorDep) -> JSONResponse:
     if credentials is None or not emulator.account.credentials_are(*credentials):
         raise Unauthorized("invalid credentials", headers={"WWW-Authenticate": "Basic"})
     emulator.account.rotate()
-    return JSONResponse(emulator.account.record(emulator.max_requests_per_second))
+    return JSONResponse(emulator.account.record(emulator.enforced_limits()))
 
 
 async def _json_body(request: Request) -> Any:
@@ -122,3 +199,11 @@ async def _json_body(request: Request) -> Any:
         return json.loads(await request.body())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest("the body must be JSON") from exc
+
+
+def _body_ids(payload: Any) -> tuple[str, ...]:
+    """The ids of a `{"dlqIds": [...]}` body (the Python SDK's bulk delete)."""
+    ids = payload.get("dlqIds") if isinstance(payload, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+        raise BadRequest('the body must be {"dlqIds": [...]}, a list of DLQ ids')
+    return tuple(ids)

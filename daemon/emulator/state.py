@@ -146,18 +146,30 @@ class DlqEntry:
         return str(self.message.get("body", "")).encode("utf-8")
 
     def to_wire(self) -> dict[str, Any]:
-        """The message as `GET /v2/dlq/{dlqId}` answers it."""
-        return dict(self.message)
+        """The message as `GET /v2/dlq/{dlqId}` answers it: the stored fields, `label` (the
+        first of `labels`, which the SDKs read) and, for a workflow run's message, the
+        run's `workflowRunId`, `workflowUrl` and `workflowCreatedAt` beside its headers."""
+        wire = dict(self.message)
+        if self.labels:
+            wire["label"] = self.labels[0]
+        if self.workflow is not None:
+            wire["workflowRunId"] = self.workflow.run_id
+            wire["workflowUrl"] = self.workflow.url
+            wire["workflowCreatedAt"] = self.workflow.created_at
+        return wire
+
+    def to_listed(self) -> dict[str, Any]:
+        """The message as the DLQ listings answer it: the wire form plus, when known, the
+        state of the workflow's failure function."""
+        listed = self.to_wire()
+        if self.workflow is not None and self.workflow.failure_function_state is not None:
+            listed["failureFunctionState"] = self.workflow.failure_function_state
+        return listed
 
     def to_seed(self) -> dict[str, Any]:
-        """The wire form plus the workflow fields: what `POST /_emulator/dlq` would take."""
-        seed = self.to_wire()
-        if self.workflow is not None:
-            seed["workflowRunId"] = self.workflow.run_id
-            seed["workflowUrl"] = self.workflow.url
-            seed["workflowCreatedAt"] = self.workflow.created_at
-            if self.workflow.failure_function_state is not None:
-                seed["failureFunctionState"] = self.workflow.failure_function_state
+        """What `POST /_emulator/dlq` would take to put this entry back as it is."""
+        seed = self.to_listed()
+        seed.pop("label", None)  # derived from `labels`
         return seed
 
 
@@ -382,6 +394,10 @@ class Store:
         else:
             self.groups.pop(name, None)
         return group
+
+    def delete_group(self, name: str) -> None:
+        self.group(name)  # 404 when there is none
+        del self.groups[name]
 
     def add_endpoints(self, name: str, refs: list[EndpointRef], now_ms: int) -> UrlGroup:
         current = self.groups[name].endpoints if name in self.groups else []

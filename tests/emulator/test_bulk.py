@@ -109,7 +109,7 @@ def test_header_alone_makes_a_workflow_entry() -> None:
 def test_dlq_ids_ignore_every_other_filter() -> None:
     """With dlqIds, a filter that would exclude the entry does not."""
     target = entry(0, callerIP="1.1.1.1", labels=["a"])
-    query = BulkQuery(dlq_ids=(target.dlq_id,), caller_ip="9.9.9.9", labels=("zzz",))
+    query = BulkQuery(dlq_ids=(target.dlq_id,), caller_ips=("9.9.9.9",), labels=("zzz",))
     assert matches(target, query)
     assert not matches(entry(1), query)
 
@@ -125,11 +125,11 @@ def test_labels_are_ored() -> None:
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
-        (BulkQuery(caller_ip="1.1.1.1", workflow_url="https://x.example.com/wf"), True),
-        (BulkQuery(caller_ip="1.1.1.1", workflow_url="https://y.example.com/wf"), False),
-        (BulkQuery(caller_ip="2.2.2.2", workflow_url="https://x.example.com/wf"), False),
-        (BulkQuery(labels=("a",), flow_control_key="fk"), True),
-        (BulkQuery(labels=("a",), flow_control_key="other"), False),
+        (BulkQuery(caller_ips=("1.1.1.1",), workflow_urls=("https://x.example.com/wf",)), True),
+        (BulkQuery(caller_ips=("1.1.1.1",), workflow_urls=("https://y.example.com/wf",)), False),
+        (BulkQuery(caller_ips=("2.2.2.2",), workflow_urls=("https://x.example.com/wf",)), False),
+        (BulkQuery(labels=("a",), flow_control_keys=("fk",)), True),
+        (BulkQuery(labels=("a",), flow_control_keys=("other",)), False),
         (BulkQuery(workflow_run_id="wfr_0", failure_function_state="CALLBACK_FAIL"), True),
         (BulkQuery(workflow_run_id="wfr_0", failure_function_state="CALLBACK_SUCCESS"), False),
         (BulkQuery(workflow_created_at=777), True),

@@ -36,11 +36,18 @@ def test_settings_are_read_from_the_environment() -> None:
     assert "token" not in config.generated
 
 
+@pytest.mark.parametrize("variable", ["EMULATOR_MAX_RPS", "EMULATOR_MAX_REQUESTS_PER_DAY"])
 @pytest.mark.parametrize("value", ["0", "many", "-1"])
-def test_bad_max_rps_names_the_variable(value: str) -> None:
-    """EMULATOR_MAX_RPS must be a positive integer."""
-    with pytest.raises(ValueError, match="EMULATOR_MAX_RPS"):
-        EmulatorConfig.from_env({"EMULATOR_MAX_RPS": value})
+def test_a_bad_limit_names_its_variable(variable: str, value: str) -> None:
+    """The limits must be positive integers."""
+    with pytest.raises(ValueError, match=variable):
+        EmulatorConfig.from_env({variable: value})
+
+
+def test_the_daily_limit_is_read_from_the_environment() -> None:
+    assert EmulatorConfig.from_env({}).max_requests_per_day is None
+    config = EmulatorConfig.from_env({"EMULATOR_MAX_REQUESTS_PER_DAY": "500"})
+    assert config.max_requests_per_day == 500
 
 
 def test_header_prefix_must_be_one_word() -> None:
