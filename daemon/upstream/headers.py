@@ -1,4 +1,5 @@
-"""What an answer's headers say about waiting: `Retry-After` and `Burst-RateLimit-*`, parsed.
+"""What an answer's headers say about waiting: `Retry-After`, `Burst-RateLimit-*` (the
+per-second limit) and `RateLimit-*` (the daily one), parsed.
 
 Pure functions over a case-insensitive header mapping (httpx.Headers) and the Unix time;
 what to do with the values is the retry policy's and the rate limiter's business.
@@ -24,6 +25,7 @@ class RateHint:
     remaining: int | None = None  # Burst-RateLimit-Remaining: left in the current window
     reset_in: float | None = None  # seconds until Burst-RateLimit-Reset (0 when past)
     retry_after: float | None = None  # Retry-After, in seconds from now (0 when past)
+    daily_reset_in: float | None = None  # seconds until RateLimit-Reset, once the day is spent
 
 
 def rate_hint(headers: Mapping[str, str], now: float) -> RateHint:
@@ -34,13 +36,18 @@ def rate_hint(headers: Mapping[str, str], now: float) -> RateHint:
         remaining=int(remaining) if remaining is not None and remaining >= 0 else None,
         reset_in=reset_wait(headers, now),
         retry_after=retry_after(headers, now),
+        daily_reset_in=daily_wait(headers, now),
     )
 
 
 def server_wait(headers: Mapping[str, str], now: float) -> float | None:
-    """The wait a 429 asks for: `Retry-After` when present, else `Burst-RateLimit-Reset`."""
-    told = retry_after(headers, now)
-    return told if told is not None else reset_wait(headers, now)
+    """The wait a 429 asks for: `Retry-After` when present, else the daily limit's reset
+    when the day's budget is spent (a call before it is refused whatever the second),
+    else `Burst-RateLimit-Reset`."""
+    for told in (retry_after(headers, now), daily_wait(headers, now)):
+        if told is not None:
+            return told
+    return reset_wait(headers, now)
 
 
 def retry_after(headers: Mapping[str, str], now: float) -> float | None:
@@ -59,9 +66,21 @@ def retry_after(headers: Mapping[str, str], now: float) -> float | None:
 
 
 def reset_wait(headers: Mapping[str, str], now: float) -> float | None:
-    """Seconds until `Burst-RateLimit-Reset`. It is a Unix time (QStash sends seconds,
-    in milliseconds it is recognised by its size); a small number is seconds to wait."""
-    reset = _parse_number(headers.get("burst-ratelimit-reset"))
+    """Seconds until `Burst-RateLimit-Reset`."""
+    return _wait_until(_parse_number(headers.get("burst-ratelimit-reset")), now)
+
+
+def daily_wait(headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds until `RateLimit-Reset` when `RateLimit-Remaining` is 0: the account's
+    daily budget is spent (the SDKs tell its 429 from a burst one by `RateLimit-Limit`)."""
+    if _parse_number(headers.get("ratelimit-remaining")) != 0:
+        return None
+    return _wait_until(_parse_number(headers.get("ratelimit-reset")), now)
+
+
+def _wait_until(reset: float | None, now: float) -> float | None:
+    """Seconds until a reset header's time. It is a Unix time (QStash sends seconds, in
+    milliseconds it is recognised by its size); a small number is seconds to wait."""
     if reset is None:
         return None
     if reset >= _MILLIS_EPOCH:

@@ -56,8 +56,9 @@ class RateLimiter:
 
     The service's word on any answer is obeyed (`answered`): `Remaining: 0` with a
     reset pauses everyone until the reset; a 429 pauses everyone until its
-    `Retry-After`, else its reset, else for a jittered backoff that doubles per 429
-    in a row. Pauses are capped at `max_pause`.
+    `Retry-After`, else the daily limit's reset when it says the day is spent, else its
+    reset, else for a jittered backoff that doubles per 429 in a row. Pauses are capped
+    at `max_pause`: a day spent is looked at again once a pause, not once a second.
 
     With `probe`, and no rate known, the limiter discovers instead of guessing:
 
@@ -262,7 +263,7 @@ class RateLimiter:
 
     def _refused(self, hint: RateHint) -> None:
         """A 429: the whole account is over its limit, so everyone waits."""
-        told = hint.retry_after or hint.reset_in
+        told = hint.retry_after or hint.daily_reset_in or hint.reset_in
         if told:
             self.pause(told)
         else:

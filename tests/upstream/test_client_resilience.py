@@ -19,6 +19,7 @@ from daemon.upstream import (
     EndpointRef,
     InvalidResponse,
     NotFound,
+    RateLimited,
     RateLimiter,
     RequestTimeout,
     RetryPolicy,
@@ -78,6 +79,24 @@ async def test_a_429_slows_every_caller(service: Service) -> None:
     assert time.monotonic() - started >= 0.3
     with pytest.raises(NotFound):
         await first
+
+
+async def test_a_spent_daily_budget_holds_every_call_until_its_reset(service: Service) -> None:
+    """The day's budget spent (a 429 with `RateLimit-Remaining: 0`), the client waits for
+    the daily reset (hours away: as long as it may), not for the next second's window."""
+    await service.control.post(
+        "/_emulator/account", json={"max_requests_per_second": 100, "max_requests_per_day": 1}
+    )
+    client = service.client_with(
+        limiter=RateLimiter(max_pause=1.5), retry=RetryPolicy(max_attempts=2, max_server_wait=1.5)
+    )
+    with pytest.raises(NotFound):
+        await client.get_dlq_message("1-0")
+    started = time.monotonic()
+    with pytest.raises(RateLimited):
+        await client.get_dlq_message("2-0")
+    assert time.monotonic() - started >= 1.4  # a burst reset would be under a second
+    assert [c["status"] for c in await service.journal()] == [404, 429, 429]
 
 
 async def test_limit_announced_by_the_service_is_learned(service: Service) -> None:

@@ -279,12 +279,22 @@ async def test_nothing_remaining_pauses_everyone_until_the_reset(
         (RateHint(reset_in=2.0), 2.0),
         (RateHint(retry_after=0.0, reset_in=1.5), 1.5),
         (RateHint(retry_after=3600.0), 60.0),
+        (RateHint(reset_in=0.5, daily_reset_in=30.0), 30.0),
+        (RateHint(retry_after=2.0, daily_reset_in=30.0), 2.0),
     ],
-    ids=["retry-after wins", "reset", "retry-after 0 falls back", "capped at max_pause"],
+    ids=[
+        "retry-after wins",
+        "reset",
+        "retry-after 0 falls back",
+        "capped at max_pause",
+        "a spent day",
+        "retry-after before the day",
+    ],
 )
 @bounded
 async def test_a_429_pauses_everyone_as_long_as_told(hint: RateHint, wait: float) -> None:
-    """A 429 holds every caller for its Retry-After, else until its reset, up to max_pause."""
+    """A 429 holds every caller for its Retry-After, else until the daily reset when the
+    day is spent, else until its reset, up to max_pause."""
     time = FakeTime()
     limiter = limiter_on(time, 100, max_pause=60.0)
     slot = await limiter.acquire()

@@ -221,6 +221,23 @@ def test_server_wait_is_capped() -> None:
         ({"Burst-RateLimit-Reset": "2"}, 2.0),
         ({"Burst-RateLimit-Reset": str(int(NOW) - 5)}, 0.0),
         ({}, None),
+        (
+            {
+                "Burst-RateLimit-Reset": str(int(NOW) + 1),
+                "RateLimit-Remaining": "0",
+                "RateLimit-Reset": str(int(NOW) + 7200),
+            },
+            7200.0,
+        ),
+        (
+            {
+                "Burst-RateLimit-Reset": str(int(NOW) + 1),
+                "RateLimit-Remaining": "5",
+                "RateLimit-Reset": str(int(NOW) + 7200),
+            },
+            1.0,
+        ),
+        ({"Retry-After": "3", "RateLimit-Remaining": "0", "RateLimit-Reset": "7200"}, 3.0),
     ],
     ids=[
         "retry-after wins",
@@ -229,8 +246,12 @@ def test_server_wait_is_capped() -> None:
         "reset as seconds",
         "reset in the past",
         "no hint",
+        "a spent day waits for its reset",
+        "a day not spent is the burst's 429",
+        "retry-after wins over the day",
     ],
 )
 def test_server_wait_reads_the_headers(headers: dict[str, str], wait: float | None) -> None:
-    """Retry-After first, then Burst-RateLimit-Reset in seconds, milliseconds or as a delta."""
+    """Retry-After first, then the daily reset once the day is spent, then
+    Burst-RateLimit-Reset; a reset in seconds, milliseconds or as a delta."""
     assert server_wait(httpx.Headers(headers), NOW) == wait
