@@ -70,3 +70,9 @@ async def recoveryd(tmp_path: Path) -> AsyncIterator[Recoveryd]:
     """recoveryd with the test settings (tests.support.daemon_env), on loopback sockets."""
     async with running_recoveryd(tmp_path) as daemon:
         yield daemon
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `slow` first: the workers hand tests out in this order, so the minutes
+    a slow one takes pass while the other worker runs the rest, not after it."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
@@ -36,6 +37,8 @@ def post_callbacks(served: Served, dlq_ids: list[str]) -> None:
             assert response.status_code == 200, response.text
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # the outage alone is three minutes
 def test_a_three_minute_outage_fails_nothing_and_recovers_each_once(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text(RESUME_ALL)
