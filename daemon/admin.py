@@ -1,13 +1,16 @@
 """The admin listener (PRODUCT.md §2): metrics, rules reload, and the /api/v1 records.
 
-Never exposed publicly: it reports on, and changes, the running daemon. Nothing here
-carries a credential: records hold dlqIds, rules, states and call outcomes only.
+Never exposed publicly: it reports on, and changes, the running daemon (it can rotate the
+account token and reload the rules). With RECOVERYD_ADMIN_TOKEN set, every path but the
+probes' and the scrape's needs that bearer token. Nothing here carries a credential:
+records hold dlqIds, rules, states and call outcomes only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,6 +20,8 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from daemon.account import RotationRefused, Rotator
 from daemon.metrics import Metrics
@@ -30,8 +35,40 @@ from daemon.web import EXCEPTION_HANDLERS
 log = structlog.get_logger(__name__)
 
 
+# Open without the admin token: probes and Prometheus must not need a secret.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class RequireToken:
+    """ASGI middleware: a call to any path but OPEN_PATHS needs `Authorization: Bearer
+    <token>`; 401 otherwise. The comparison takes as long whatever the mismatch."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            given = Headers(scope=scope).get("authorization", "").encode()
+            if not hmac.compare_digest(given, self._expected):
+                refusal = JSONResponse(
+                    {"error": "the admin API needs Authorization: Bearer <RECOVERYD_ADMIN_TOKEN>"},
+                    401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _require(app: FastAPI, token: str | None) -> None:
+    if token is not None:
+        app.add_middleware(RequireToken, token=token)
+
+
 def admin_app(
     *,
+    token: str | None = None,
     store: Store,
     metrics: Metrics,
     rules: LiveRules,
@@ -41,7 +78,8 @@ def admin_app(
     wall_clock: Callable[[], float] = time.time,
     status_parts: Sequence[Callable[[], Awaitable[dict[str, Any]]]] = (),
 ) -> FastAPI:
-    """`status_parts` each add their keys to `/api/v1/status` (the sweeps' summary)."""
+    """`status_parts` each add their keys to `/api/v1/status` (the sweeps' summary);
+    `token`, when given, is the bearer token every path but OPEN_PATHS needs."""
     app = FastAPI(
         title="recoveryd admin",
         docs_url=None,
@@ -49,6 +87,7 @@ def admin_app(
         openapi_url=None,
         exception_handlers=EXCEPTION_HANDLERS,
     )
+    _require(app, token)
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:

@@ -128,7 +128,9 @@ async def running(
             rules, SweepRunner(client, store, metrics, wall_clock=wall_clock), store, metrics,
             supervisor, dry_run=settings.DRY_RUN, timing=sweeps, wall_clock=wall_clock,
         )  # fmt: skip
+        admin_token = settings.ADMIN_TOKEN
         admin = admin_app(
+            token=None if admin_token is None else admin_token.get_secret_value(),
             store=store, metrics=metrics, rules=rules, rotator=rotator, client=client,
             on_redriven=pipeline.wake, wall_clock=wall_clock, status_parts=[sweeper.status],
         )  # fmt: skip

@@ -97,10 +97,10 @@ async def redrive(store: Store, selection: RedriveFilter, now: float) -> dict[st
 
 async def redrive_now(settings: Settings, selection: RedriveFilter, now: float) -> dict[str, Any]:
     """Ask the daemon on RECOVERYD_ADMIN_LISTEN; with none there, redrive in the store."""
-    from daemon.admin_client import DaemonError, admin_url, ask_daemon
+    from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
     from daemon.store import open_store
 
-    admin = admin_url(settings)
+    admin = daemon_admin(settings)
     if admin is not None:
         try:
             return await ask_daemon(admin, "POST", "/api/v1/redrive", json=selection.model_dump())

@@ -39,7 +39,9 @@ _SERVICE_LINK = re.compile(
 _PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
-_SECRETS = frozenset({"TOKEN", "ACCOUNT_PASSWORD", "SIGNING_KEY_CURRENT", "SIGNING_KEY_NEXT"})
+_SECRETS = frozenset(
+    {"TOKEN", "ACCOUNT_PASSWORD", "SIGNING_KEY_CURRENT", "SIGNING_KEY_NEXT", "ADMIN_TOKEN"}
+)
 
 
 class SettingsError(ValueError):
@@ -118,6 +120,7 @@ class Settings(BaseModel):
     STORE: str = "sqlite:///recoveryd.db"
     LISTEN: Listen = "0.0.0.0:8080"
     ADMIN_LISTEN: Listen = "127.0.0.1:9090"
+    ADMIN_TOKEN: SecretStr | None = None
     HEADER_PREFIX: HeaderPrefix = "Service"
     MAX_RPS: float | None = Field(default=None, gt=0)
     MAX_BODY_BYTES: int = Field(default=1024 * 1024, gt=0)

@@ -106,6 +106,7 @@ def test_serve_takes_callbacks_and_exits_0_on_sigterm(tmp_path: Path) -> None:
         ({"SERVICE_URL": ""}, "Error: RECOVERYD_SERVICE_URL: required"),
         ({"PUBLC_URL": "https://x"}, "Error: RECOVERYD_PUBLC_URL: not a recoveryd setting"),
         ({"LOG_FORMAT": "xml"}, "Error: RECOVERYD_LOG_FORMAT: must be 'json' or 'console'"),
+        ({"ADMIN_TOKEN": " "}, "Error: RECOVERYD_ADMIN_TOKEN: is set but empty"),
         (
             {"SIGNING_KEY_CURRENT": "", "SIGNING_KEY_NEXT": ""},
             "Error: RECOVERYD_SIGNING_KEY_CURRENT: required: without a signing key",
@@ -146,9 +147,10 @@ def test_running_unsigned_must_be_asked_for_and_is_warned_about(tmp_path: Path) 
 
 def test_no_secret_reaches_a_log_line_an_error_body_or_a_metric(tmp_path: Path) -> None:
     """Every answer, every metric and every log line of a session with bad input is free
-    of the token and the signing keys."""
-    secrets = [TOKEN, SIGNING_KEY_CURRENT, SIGNING_KEY_NEXT]
-    with serving(tmp_path, LOG_FORMAT="console") as served:
+    of the token, the signing keys and the admin token."""
+    admin_token = "adm_never-shown-0123456789"
+    secrets = [TOKEN, SIGNING_KEY_CURRENT, SIGNING_KEY_NEXT, admin_token]
+    with serving(tmp_path, LOG_FORMAT="console", ADMIN_TOKEN=admin_token) as served:
         body = callback_json("d-secrets")
         answers = [
             httpx.post(f"{served.url}/callbacks", content=body, headers=headers).text
@@ -162,6 +164,8 @@ def test_no_secret_reaches_a_log_line_an_error_body_or_a_metric(tmp_path: Path) 
         ]
         answers.append(httpx.get(f"{served.url}/readyz").text)
         answers.append(httpx.get(f"{served.admin_url}/metrics").text)
+        refused = {"Authorization": "Bearer adm_never-shown-01234567"}  # a near miss
+        answers.append(httpx.get(f"{served.admin_url}/api/v1/status", headers=refused).text)
         _, logs = served.stop()
     assert "recoveryd serving" in logs  # the log did capture the session
     for secret in secrets:

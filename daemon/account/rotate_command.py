@@ -13,7 +13,7 @@ import asyncio
 import httpx
 
 from daemon.account.rotation import RotationRefused
-from daemon.admin_client import DaemonError, admin_url, ask_daemon
+from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
 from daemon.settings import Settings, SettingsError
 from daemon.store import StoreUnavailable
 from daemon.store.records import Rotation
@@ -25,7 +25,7 @@ class RotateError(Exception):
 
 async def rotate_now(settings: Settings, wait: float) -> str:
     """Rotate within `wait` seconds; the line to print on success, RotateError otherwise."""
-    admin = admin_url(settings)
+    admin = daemon_admin(settings)
     if admin is not None:
         try:
             await ask_daemon(admin, "POST", "/-/rotate-token", wait=wait)

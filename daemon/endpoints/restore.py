@@ -73,10 +73,10 @@ async def restore(
 
 async def removals_now(settings: Settings, group: str | None) -> list[dict[str, Any]]:
     """The removals, from the daemon on RECOVERYD_ADMIN_LISTEN, else from the store."""
-    from daemon.admin_client import DaemonError, admin_url, ask_daemon
+    from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
     from daemon.store import open_store
 
-    admin = admin_url(settings)
+    admin = daemon_admin(settings)
     if admin is not None:
         params = {"group": group} if group is not None else {}
         try:
@@ -97,9 +97,9 @@ async def removals_now(settings: Settings, group: str | None) -> list[dict[str, 
 
 async def restore_now(settings: Settings, group: str, name: str) -> dict[str, Any]:
     """Restore through the daemon on RECOVERYD_ADMIN_LISTEN, else here."""
-    from daemon.admin_client import DaemonError, admin_url, ask_daemon
+    from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
 
-    admin = admin_url(settings)
+    admin = daemon_admin(settings)
     if admin is not None:
         path = f"/api/v1/removals/{quote(group, safe='')}/{quote(name, safe='')}/restore"
         try:
