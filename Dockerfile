@@ -1,0 +1,67 @@
+# syntax=docker/dockerfile:1
+# recoveryd's container image: the wheel built in one stage, installed into a virtual
+# environment on a slim Python in the next. Runs as a fixed non-root user with a
+# read-only root filesystem: all state is on the /var/lib/recoveryd volume.
+# tests/deploy/test_image.py lints this file and runs these steps and this ENV without
+# Docker; docs/operating.md#container-image describes the image.
+
+# A full version, so a rebuild gets the same Python. Not pinned by digest: the digest
+# could not be checked where this file was written. Pin it when releasing, from
+# `docker buildx imagetools inspect python:3.11.14-slim-bookworm`, as
+# `python:3.11.14-slim-bookworm@sha256:...`, and let a bot keep it current.
+FROM python:3.11.14-slim-bookworm AS base
+
+FROM base AS build
+WORKDIR /src
+# What the wheel is built from (pyproject.toml reads README.md and LICENSE), and no more:
+# .dockerignore keeps caches out of daemon/.
+COPY pyproject.toml README.md LICENSE ./
+COPY daemon/ daemon/
+RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+FROM base
+ARG SOURCE_URL
+LABEL org.opencontainers.image.title="recoveryd" \
+      org.opencontainers.image.description="Recovery daemon for an HTTP message delivery service: failure callbacks in, resumed workflows out." \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="${SOURCE_URL}"
+
+# A fixed numeric user, so a pod's runAsUser/fsGroup and the volume's owner are known
+# without reading /etc/passwd. Its home is the volume; nothing writes there but the
+# daemon.
+RUN groupadd --system --gid 10001 recoveryd \
+    && useradd --system --no-log-init --uid 10001 --gid 10001 \
+        --home-dir /var/lib/recoveryd --no-create-home --shell /usr/sbin/nologin recoveryd \
+    && install -d -o 10001 -g 10001 -m 0700 /var/lib/recoveryd
+
+# The virtual environment holds recoveryd and its dependencies, nothing else (not even
+# pip: the base image's pip installs into it). pip compiles every module as it
+# installs, so the running daemon never needs to write a .pyc. The wheel is mounted
+# from the build stage, not copied: it stays out of the image's layers.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    python -m venv --without-pip /opt/recoveryd \
+    && python -m pip --python /opt/recoveryd/bin/python install --no-cache-dir /wheels/*.whl
+
+# The container's defaults; the Helm chart sets the rest (the service URL, the token
+# and signing keys from Secrets, RECOVERYD_CREDENTIALS_FILE on the volume). The admin
+# listener is on all interfaces so Prometheus can scrape the pod: the chart sets
+# RECOVERYD_ADMIN_TOKEN and a NetworkPolicy that admits only the scraper to port 9090.
+# TMPDIR is the volume, the one writable place (SQLite's and Python's temporary files).
+ENV PATH="/opt/recoveryd/bin:$PATH" \
+    RECOVERYD_STORE="sqlite:////var/lib/recoveryd/recoveryd.db" \
+    RECOVERYD_RULES="/etc/recoveryd/rules.yaml" \
+    RECOVERYD_LISTEN="0.0.0.0:8080" \
+    RECOVERYD_ADMIN_LISTEN="0.0.0.0:9090" \
+    TMPDIR="/var/lib/recoveryd" \
+    PYTHONDONTWRITEBYTECODE="1" \
+    PYTHONUNBUFFERED="1"
+
+VOLUME ["/var/lib/recoveryd"]
+USER 10001:10001
+EXPOSE 8080 9090
+# No WORKDIR: the working directory stays `/`, read-only. Every path above is absolute,
+# and the test checks that serve writes nothing to its working directory. The rules file
+# is not in the image: mount it at /etc/recoveryd/rules.yaml (the chart's ConfigMap).
+# No HEALTHCHECK: Kubernetes probes /healthz and /readyz on port 8080.
+ENTRYPOINT ["recoveryd"]
+CMD ["serve"]
