@@ -61,6 +61,10 @@ class RequireToken:
         await self.app(scope, receive, send)
 
 
+async def _always_ready() -> list[str]:
+    return []
+
+
 def _require(app: FastAPI, token: str | None) -> None:
     if token is not None:
         app.add_middleware(RequireToken, token=token)
@@ -77,9 +81,11 @@ def admin_app(
     on_redriven: Callable[[], None] = lambda: None,
     wall_clock: Callable[[], float] = time.time,
     status_parts: Sequence[Callable[[], Awaitable[dict[str, Any]]]] = (),
+    not_ready: Callable[[], Awaitable[list[str]]] = _always_ready,
 ) -> FastAPI:
     """`status_parts` each add their keys to `/api/v1/status` (the sweeps' summary);
-    `token`, when given, is the bearer token every path but OPEN_PATHS needs."""
+    `not_ready` says why `/readyz` fails (empty when it would not); `token`, when
+    given, is the bearer token every path but OPEN_PATHS needs."""
     app = FastAPI(
         title="recoveryd admin",
         docs_url=None,
@@ -92,6 +98,8 @@ def admin_app(
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
         await _read_store_gauges(store, metrics, wall_clock())
+        metrics.rate_limit.set(client.limiter.pace or 0)
+        metrics.ready.set(0 if await not_ready() else 1)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # `:path`: a dlqId may hold a `/` (the service does not forbid it); sent %2F-encoded,

@@ -133,6 +133,7 @@ async def running(
             token=None if admin_token is None else admin_token.get_secret_value(),
             store=store, metrics=metrics, rules=rules, rotator=rotator, client=client,
             on_redriven=pipeline.wake, wall_clock=wall_clock, status_parts=[sweeper.status],
+            not_ready=readiness.reasons,
         )  # fmt: skip
         admin.include_router(sweep_routes(sweeper))
         admin.include_router(removal_routes(store, client, metrics, wall_clock))

@@ -245,6 +245,19 @@ class Metrics:
             ["operation"],
             registry=registry,
         )
+        self.rate_limit = Gauge(
+            "recoveryd_upstream_rate_limit_requests_per_second",
+            "The pace calls to the service keep to now (read at scrape time): the "
+            "account's limit once known, pinned or learned, less the limiter's headroom "
+            "not counted; the slow start's pace while it is being found; 0 when not paced.",
+            registry=registry,
+        )
+        self.ready = Gauge(
+            "recoveryd_ready",
+            "1 when /readyz answers 200, 0 when it does not (read at scrape time; the "
+            "reasons are in /readyz's answer).",
+            registry=registry,
+        )
         self.store_size = Gauge(
             "recoveryd_store_size_bytes",
             "Size of the store on disk (read at scrape time).",

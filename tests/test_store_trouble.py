@@ -32,12 +32,16 @@ async def test_deleted_database_files_make_the_daemon_unready_and_refuse_callbac
     with capture_logs() as logs:
         async with running_recoveryd(tmp_path) as recoveryd:
             assert (await recoveryd.post(callback_json("d-before"))).status_code == 200
+            await recoveryd.admin.get("/metrics")
+            assert recoveryd.metric("recoveryd_ready") == 1
             for name in ("recoveryd.db", "recoveryd.db-wal", "recoveryd.db-shm"):
                 (tmp_path / name).unlink(missing_ok=True)
 
             ready = await unready_within(recoveryd)
             assert ready.status_code == 503
             assert "deleted" in ready.json()["error"]
+            await recoveryd.admin.get("/metrics")
+            assert recoveryd.metric("recoveryd_ready") == 0
             for number in range(20):
                 refused = await recoveryd.post(callback_json(f"d-after-{number}"))
                 assert refused.status_code == 503

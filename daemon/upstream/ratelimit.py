@@ -131,6 +131,14 @@ class RateLimiter:
         return self._rate
 
     @property
+    def pace(self) -> float | None:
+        """Calls a second the limiter lets through now: the rate once known, the slow
+        start's pace while ramping; None while probing (one at a time) or unlimited."""
+        if self._rate is not None:
+            return self._rate
+        return self._ramp
+
+    @property
     def phase(self) -> Phase:
         """How calls are paced now: by a known rate, by probing, by a slow start, or not."""
         if self._rate is not None:

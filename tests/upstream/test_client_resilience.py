@@ -100,11 +100,12 @@ async def test_a_spent_daily_budget_holds_every_call_until_its_reset(service: Se
 
 
 async def test_limit_announced_by_the_service_is_learned(service: Service) -> None:
-    """Burst-RateLimit-Limit on an answer sets the limiter's rate."""
+    """Burst-RateLimit-Limit on an answer sets the limiter's rate, and its pace."""
     await service.control.post("/_emulator/account", json={"max_requests_per_second": 37})
+    assert service.client.limiter.pace is None  # not paced before anything is known
     with pytest.raises(NotFound):
         await service.client.get_dlq_message("1-0")
-    assert service.client.limiter.rate == 37
+    assert service.client.limiter.rate == service.client.limiter.pace == 37
 
 
 async def test_call_refused_during_a_rotation_waits_for_the_new_token(service: Service) -> None:

@@ -351,6 +351,7 @@ async def test_an_answer_announcing_no_limit_starts_a_slow_start() -> None:
     starts = await paced(limiter, time, [200] * 3)
     assert limiter.phase == "ramping"
     assert limiter.rate is None
+    assert limiter.pace == 4  # doubled after a second that used its allowance (the gauge)
     assert starts == [0.0, 0.0, 1.0]
 
 
