@@ -1,0 +1,124 @@
+{{/*
+Names, labels and the checks every template shares.
+*/}}
+
+{{/* The chart's name, cut to a DNS label. */}}
+{{- define "recoveryd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name of the release's objects: <release>-<name>, or the release name alone
+when it already holds the name. Cut to 57 characters so that "<fullname>-admin" is still
+a valid DNS label (a Service name may be at most 63).
+*/}}
+{{- define "recoveryd.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 57 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 57 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 57 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The admin Service's name. */}}
+{{- define "recoveryd.adminName" -}}
+{{- printf "%s-admin" (include "recoveryd.fullname" .) }}
+{{- end }}
+
+{{/* The chart label: name-version, "+" (not allowed in label values) made "_". */}}
+{{- define "recoveryd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "recoveryd.labels" -}}
+helm.sh/chart: {{ include "recoveryd.chart" . }}
+{{ include "recoveryd.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "recoveryd.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: recoveryd
+{{- end }}
+
+{{/* Labels that select the release's pods; never change them (a Deployment's selector is immutable). */}}
+{{- define "recoveryd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "recoveryd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The ServiceAccount the pod runs as. */}}
+{{- define "recoveryd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "recoveryd.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The image tag: image.tag, else the chart's appVersion. */}}
+{{- define "recoveryd.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* The image reference: repository:tag, or repository@digest when a digest pins it. */}}
+{{- define "recoveryd.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (include "recoveryd.imageTag" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret the container's secrets come from: the existing one, or the chart's. */}}
+{{- define "recoveryd.secretName" -}}
+{{- default (include "recoveryd.fullname" .) .Values.secrets.existingSecret }}
+{{- end }}
+
+{{/* The PVC of the state volume: the existing one, or the chart's. */}}
+{{- define "recoveryd.claimName" -}}
+{{- default (printf "%s-state" (include "recoveryd.fullname" .)) .Values.persistence.existingClaim }}
+{{- end }}
+
+{{/*
+Checks across values that values.schema.json cannot express; each failure says what to
+change. Included by the Deployment, so that every render runs them.
+*/}}
+{{- define "recoveryd.validate" -}}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "replicaCount: %d is refused: the SQLite store is one file that one pod may use; several replicas need a shared store (PostgreSQL), not available yet" (int .Values.replicaCount)) }}
+{{- end }}
+{{- if not .Values.config.serviceUrl }}
+{{- fail "config.serviceUrl is required: the base URL of the service's API, e.g. https://qstash.upstash.io" }}
+{{- end }}
+{{- $s := .Values.secrets }}
+{{- if $s.existingSecret }}
+{{- range $key := list "token" "signingKeyCurrent" "signingKeyNext" "accountUsername" "accountPassword" "adminToken" }}
+{{- if index $s $key }}
+{{- fail (printf "secrets.%s is set together with secrets.existingSecret: put it in the Secret %q (key %q) instead, or leave existingSecret empty" $key $s.existingSecret (index $s.keys $key)) }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- if not $s.token }}
+{{- fail "secrets.token is required: the service's API token (or name a Secret holding it in secrets.existingSecret)" }}
+{{- end }}
+{{- if not $s.signingKeyCurrent }}
+{{- fail "secrets.signingKeyCurrent is required: without a signing key anyone could forge callbacks (or name a Secret holding it in secrets.existingSecret)" }}
+{{- end }}
+{{- if and .Values.admin.requireToken (not $s.adminToken) }}
+{{- fail "secrets.adminToken is required while admin.requireToken is true: the admin API (port 9090) can rotate the token and redrive work; generate one with `openssl rand -hex 32` (or set admin.requireToken: false to leave it open to what the NetworkPolicy admits)" }}
+{{- end }}
+{{- if and .Values.config.rotateSchedule (not (and $s.accountUsername $s.accountPassword)) }}
+{{- fail "config.rotateSchedule needs secrets.accountUsername and secrets.accountPassword: the token reset authenticates with them" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.config.rotateSchedule (not .Values.persistence.enabled) }}
+{{- fail "config.rotateSchedule needs persistence.enabled: a rotated token is kept only in the credentials file on the state volume, and an emptyDir would lose it with the pod, locking the account out" }}
+{{- end }}
+{{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
+{{- fail "ingress.hosts needs at least one host name when ingress.enabled is true" }}
+{{- end }}
+{{- end }}

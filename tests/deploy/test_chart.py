@@ -1,0 +1,922 @@
+"""The Helm chart (helm/recoveryd), rendered and linted by Helm's own library (libhelm
+through helm_python, in-process), every manifest checked against the Kubernetes schemas
+with kubernetes-validate: no cluster, no helm binary."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from daemon.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "recoveryd"
+RELEASE = "rd"
+NAMESPACE = "recoveryd"
+FULLNAME = "rd-recoveryd"
+# The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion) and the newest
+# kubernetes-validate knows: every manifest must be valid for both.
+KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
+
+# Distinctive secret values, to look for wherever they must not be.
+SECRETS = {
+    "token": "tok-5d41402abc4b2a76b9719d91",
+    "signingKeyCurrent": "sig-current-7d793037a0760186",
+    "signingKeyNext": "sig-next-0189d7fc5c2a4b1e",
+    "accountUsername": "account-user-2b1e8c5f",
+    "accountPassword": "account-pass-c4ca4238a0b9",
+    "adminToken": "adm-a87ff679a2f3e71d9181",
+}
+# The variable each secret reaches the daemon as.
+SECRET_VARIABLES = {
+    "token": "RECOVERYD_TOKEN",
+    "signingKeyCurrent": "RECOVERYD_SIGNING_KEY_CURRENT",
+    "signingKeyNext": "RECOVERYD_SIGNING_KEY_NEXT",
+    "accountUsername": "RECOVERYD_ACCOUNT_USERNAME",
+    "accountPassword": "RECOVERYD_ACCOUNT_PASSWORD",
+    "adminToken": "RECOVERYD_ADMIN_TOKEN",
+}
+# The key names values.yaml documents for secrets.existingSecret.
+SECRET_KEYS = {
+    "token": "token",
+    "signingKeyCurrent": "signing-key-current",
+    "signingKeyNext": "signing-key-next",
+    "accountUsername": "account-username",
+    "accountPassword": "account-password",
+    "adminToken": "admin-token",
+}
+CONFIG = {"serviceUrl": "https://qstash.upstash.io", "headerPrefix": "Upstash"}
+# The least an install takes: the service's URL, its token, the signing key and the
+# admin token (admin.requireToken is on by default).
+REQUIRED: dict[str, Any] = {
+    "config": CONFIG,
+    "secrets": {k: SECRETS[k] for k in ("token", "signingKeyCurrent", "adminToken")},
+}
+
+
+def merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` merged in, mappings key by key (as Helm merges values)."""
+    result = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "default": REQUIRED,
+    "all-settings": merged(
+        REQUIRED,
+        {
+            "config": {
+                "accountUrl": "https://qstash.upstash.io",
+                "publicUrl": "https://recoveryd.example.com/callbacks",
+                "rotateSchedule": "0 3 * * 0",
+                "logFormat": "console",
+                "dryRun": True,
+                "retention": "3d",
+                "maxRps": 50,
+                "maxRemovalsPerHour": 0,
+            },
+            "secrets": SECRETS,
+            "extraEnv": [{"name": "RECOVERYD_ALLOW_UNSIGNED", "value": "false"}],
+        },
+    ),
+    "existing-secret": {
+        "config": CONFIG,
+        "secrets": {"existingSecret": "recoveryd-credentials"},
+    },
+    "ingress": merged(
+        REQUIRED,
+        {
+            "config": {"publicUrl": "https://recoveryd.example.com/callbacks"},
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+                "hosts": ["recoveryd.example.com"],
+                "tls": [{"secretName": "recoveryd-tls", "hosts": ["recoveryd.example.com"]}],
+            },
+        },
+    ),
+    "monitoring": merged(
+        REQUIRED,
+        {
+            "monitoring": {
+                "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+                "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+                "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Platform"}},
+            }
+        },
+    ),
+    "admin-open": {
+        "config": CONFIG,
+        "secrets": {k: SECRETS[k] for k in ("token", "signingKeyCurrent")},
+        "admin": {"requireToken": False},
+    },
+    "persistence-off": merged(REQUIRED, {"persistence": {"enabled": False}}),
+    "locked-down": merged(
+        REQUIRED,
+        {
+            "persistence": {
+                "existingClaim": "recoveryd-state",
+                "accessModes": ["ReadWriteOncePod"],
+            },
+            "serviceAccount": {"create": False, "name": "recoveryd"},
+            "networkPolicy": {
+                "public": {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}
+                            }
+                        }
+                    ]
+                },
+                "egress": {
+                    "allowAll": False,
+                    "to": [
+                        {
+                            "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}],
+                            "ports": [{"port": 443, "protocol": "TCP"}],
+                        }
+                    ],
+                },
+            },
+            "image": {"digest": "sha256:" + "ab" * 32},
+        },
+    ),
+}
+
+# Stand-ins for the monitoring files, used only while the chart lacks them.
+STAND_IN_ALERTS = """\
+groups:
+  - name: recoveryd
+    rules:
+      - alert: RecoverydTokenLockout
+        expr: max(recoveryd_token_lockout) == 1
+        labels: {severity: critical}
+        annotations:
+          summary: "{{ $labels.pod }}: the service refuses the token in hand"
+"""
+STAND_IN_DASHBOARD = '{"title": "recoveryd", "uid": "recoveryd", "panels": []}\n'
+
+Manifest = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def chart_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart, with stand-ins for files/alerts.yaml and files/dashboard.json written
+    into a copy while they are missing (they are written beside the chart's templates)."""
+    missing = {
+        name: text
+        for name, text in (("alerts.yaml", STAND_IN_ALERTS), ("dashboard.json", STAND_IN_DASHBOARD))
+        if not (CHART / "files" / name).is_file()
+    }
+    if not missing:
+        return CHART
+    copied = tmp_path_factory.mktemp("chart") / "recoveryd"
+    shutil.copytree(CHART, copied)
+    (copied / "files").mkdir(exist_ok=True)
+    for name, text in missing.items():
+        (copied / "files" / name).write_text(text)
+    return copied
+
+
+@pytest.fixture(scope="module")
+def chart(chart_dir: Path) -> Iterator[helm.Chart]:
+    with helm.Chart.load(chart_dir) as loaded:
+        yield loaded
+
+
+Render = Callable[[dict[str, Any]], list[Manifest]]
+
+
+def manifests_of(rendered: dict[str, str]) -> list[Manifest]:
+    """The objects of `helm template`'s output: every YAML document but NOTES.txt's."""
+    return [
+        doc
+        for path, text in sorted(rendered.items())
+        if not path.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+@pytest.fixture(scope="module")
+def render(chart: helm.Chart) -> Render:
+    """Render with Helm (schema checked, templates executed), cached by values."""
+    cache: dict[str, list[Manifest]] = {}
+
+    def rendered(values: dict[str, Any]) -> list[Manifest]:
+        key = json.dumps(values, sort_keys=True)
+        if key not in cache:
+            output = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+            cache[key] = manifests_of(output)
+        return copy.deepcopy(cache[key])
+
+    return rendered
+
+
+def only(manifests: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = [
+        m
+        for m in manifests
+        if m["kind"] == kind and (name is None or m["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"{len(found)} {kind} {name or ''} rendered"
+    return found[0]
+
+
+def kinds(manifests: list[Manifest]) -> list[str]:
+    return sorted(m["kind"] for m in manifests)
+
+
+def container(manifests: list[Manifest]) -> dict[str, Any]:
+    (main,) = only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return dict(main)
+
+
+def env_of(manifests: list[Manifest]) -> dict[str, dict[str, Any]]:
+    env = container(manifests)["env"]
+    names = [item["name"] for item in env]
+    assert len(names) == len(set(names)), f"a variable is set twice: {names}"
+    return {item["name"]: item for item in env}
+
+
+def error_of(call: Callable[[], object]) -> str:
+    with pytest.raises(helm.HelmError) as caught:
+        call()
+    return str(caught.value)
+
+
+# --- the chart as a package -------------------------------------------------------------
+
+
+def test_chart_metadata_follows_the_project(chart: helm.Chart) -> None:
+    """Chart.yaml: apiVersion v2, an application at 0.1.0, appVersion the project's."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    meta = chart.metadata
+    assert (meta["apiVersion"], meta["name"], meta["type"]) == ("v2", "recoveryd", "application")
+    assert meta["version"] == "0.1.0"
+    assert meta["appVersion"] == project["version"]
+
+
+def test_default_rules_are_the_repository_rules(chart: helm.Chart) -> None:
+    """values.yaml's `rules` is the repository's rules.yaml, byte for byte."""
+    assert chart.values["rules"] == (ROOT / "rules.yaml").read_text()
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_lint_strict_passes(chart_dir: Path, value_set: str) -> None:
+    """`helm lint --strict` finds nothing worse than information."""
+    report = helm.lint(chart_dir, VALUE_SETS[value_set], strict=True, namespace=NAMESPACE)
+    serious = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["total_charts_linted"] == 1
+    assert (serious, report["errors"]) == ([], [])
+
+
+# --- every manifest valid ---------------------------------------------------------------
+
+
+def check_service_monitor(manifest: Manifest) -> None:
+    """monitoring.coreos.com/v1 ServiceMonitor, checked by shape: its CRD's schema is not
+    among kubernetes-validate's core schemas."""
+    spec = manifest["spec"]
+    assert set(spec) <= {"selector", "namespaceSelector", "endpoints", "jobLabel"}
+    assert isinstance(spec["selector"]["matchLabels"], dict)
+    assert set(spec["namespaceSelector"]) <= {"matchNames", "any"}
+    for endpoint in spec["endpoints"]:
+        assert set(endpoint) <= {"port", "path", "scheme", "interval", "scrapeTimeout"}
+        assert isinstance(endpoint["port"], str)
+        for duration in ("interval", "scrapeTimeout"):
+            assert re.fullmatch(r"([0-9]+(ms|s|m|h|d|w|y))+", endpoint[duration])
+
+
+def check_prometheus_rule(manifest: Manifest) -> None:
+    """monitoring.coreos.com/v1 PrometheusRule, checked by shape (its CRD's schema is not
+    among the core schemas): groups of named rules, each an alert or a record."""
+    assert set(manifest["spec"]) == {"groups"}
+    names = [group["name"] for group in manifest["spec"]["groups"]]
+    assert len(names) == len(set(names)) > 0
+    for group in manifest["spec"]["groups"]:
+        assert set(group) <= {"name", "interval", "rules", "limit", "partial_response_strategy"}
+        assert group["rules"]
+        for rule in group["rules"]:
+            assert set(rule) <= {
+                "alert",
+                "record",
+                "expr",
+                "for",
+                "keep_firing_for",
+                "labels",
+                "annotations",
+            }
+            assert ("alert" in rule) != ("record" in rule), rule
+            assert isinstance(rule["expr"], str | int)
+            for mapping in ("labels", "annotations"):
+                assert all(isinstance(v, str) for v in rule.get(mapping, {}).values()), rule
+
+
+CUSTOM_RESOURCES = {
+    "ServiceMonitor": check_service_monitor,
+    "PrometheusRule": check_prometheus_rule,
+}
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_every_manifest_is_valid_kubernetes(render: Render, value_set: str) -> None:
+    """Each object validates (strictly: no unknown field) against the Kubernetes schemas of
+    the oldest and the newest supported version; the Prometheus Operator's by shape."""
+    manifests = render(VALUE_SETS[value_set])
+    assert manifests
+    for manifest in manifests:
+        assert manifest["metadata"]["namespace"] == NAMESPACE
+        assert manifest["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+        if manifest["apiVersion"] == "monitoring.coreos.com/v1":
+            CUSTOM_RESOURCES[manifest["kind"]](manifest)
+            continue
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(manifest, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("value_set", "expected"),
+    [
+        ("default", {"ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim",
+                     "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"}),
+        ("existing-secret", {"ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim",
+                             "PodDisruptionBudget", "Service", "ServiceAccount"}),
+        ("ingress", {"ConfigMap", "Deployment", "Ingress", "NetworkPolicy", "PersistentVolumeClaim",
+                     "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"}),
+        ("monitoring", {"ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim",
+                        "PodDisruptionBudget", "PrometheusRule", "Secret", "Service",
+                        "ServiceAccount", "ServiceMonitor"}),
+        ("persistence-off", {"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget",
+                             "Secret", "Service", "ServiceAccount"}),
+        ("locked-down", {"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget",
+                         "Secret", "Service"}),
+    ],
+)  # fmt: skip
+def test_each_value_set_renders_its_objects(
+    render: Render, value_set: str, expected: set[str]
+) -> None:
+    """Which kinds each value set makes: the optional ones only when asked for."""
+    assert set(kinds(render(VALUE_SETS[value_set]))) == expected
+
+
+# --- values refused ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"replicaCount": "two"}, "/replicaCount"),
+        ({"replicaCount": 0}, "/replicaCount"),
+        ({"replicaCount": 1.5}, "/replicaCount"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"replicaCont": 1}, "'replicaCont' not allowed"),
+        ({"config": {"serviceURL": "https://x.example"}}, "'serviceURL' not allowed"),
+        ({"persistence": {"size": "lots"}}, "/persistence/size"),
+        ({"persistence": {"accessModes": ["ReadWriteMany"]}}, "/persistence/accessModes"),
+        ({"config": {"logFormat": "xml"}}, "/config/logFormat"),
+        ({"config": {"serviceUrl": "https://user:pw@qstash.upstash.io"}}, "/config/serviceUrl"),
+        ({"config": {"headerPrefix": "Up-stash"}}, "/config/headerPrefix"),
+        ({"config": {"retention": "a week"}}, "/config/retention"),
+        ({"service": {"type": "ExternalName"}}, "/service/type"),
+        ({"ingress": {"hosts": ["https://recoveryd.example.com"]}}, "/ingress/hosts"),
+        ({"secrets": {"keys": {"token": "a token"}}}, "/secrets/keys/token"),
+        ({"extraEnv": [{"value": "no name"}]}, "/extraEnv/0"),
+    ],
+)
+def test_schema_refuses_bad_values(chart: helm.Chart, changes: dict[str, Any], named: str) -> None:
+    """values.schema.json stops the render, naming the value."""
+    values = merged(REQUIRED, changes)
+    with pytest.raises(helm.HelmValuesError) as caught:
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    assert named in str(caught.value)
+    assert named in error_of(lambda: chart.validate_schema(values))
+
+
+def test_two_replicas_are_refused(chart: helm.Chart) -> None:
+    """replicaCount: 2 fails the render with the reason: SQLite is one pod's file."""
+    message = error_of(lambda: chart.render(merged(REQUIRED, {"replicaCount": 2}), name=RELEASE))
+    assert (
+        "replicaCount: 2 is refused: the SQLite store is one file that one pod may use; "
+        "several replicas need a shared store (PostgreSQL), not available yet"
+    ) in message
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"secrets": REQUIRED["secrets"]}, "config.serviceUrl is required"),
+        ({"config": CONFIG, "secrets": {"signingKeyCurrent": "k", "adminToken": "a"}},
+         "secrets.token is required"),
+        ({"config": CONFIG, "secrets": {"token": "t", "adminToken": "a"}},
+         "secrets.signingKeyCurrent is required"),
+        ({"config": CONFIG, "secrets": {"token": "t", "signingKeyCurrent": "k"}},
+         "secrets.adminToken is required while admin.requireToken is true"),
+        (merged(REQUIRED, {"config": {"rotateSchedule": "24h"}}),
+         "config.rotateSchedule needs secrets.accountUsername and secrets.accountPassword"),
+        (merged(VALUE_SETS["all-settings"], {"persistence": {"enabled": False}}),
+         "config.rotateSchedule needs persistence.enabled"),
+        (merged(REQUIRED, {"secrets": {"existingSecret": "mine"}}),
+         "secrets.token is set together with secrets.existingSecret"),
+        (merged(REQUIRED, {"ingress": {"enabled": True}}), "ingress.hosts needs at least one"),
+    ],
+)  # fmt: skip
+def test_incomplete_values_are_refused(
+    chart: helm.Chart, values: dict[str, Any], message: str
+) -> None:
+    """What the daemon cannot start (or keep its token) without stops the render first."""
+    assert message in error_of(lambda: chart.render(values, name=RELEASE))
+
+
+# --- the pod ------------------------------------------------------------------------------
+
+
+def test_pod_runs_locked_down(render: Render) -> None:
+    """Non-root 10001, read-only root, no escalation, no capabilities, RuntimeDefault
+    seccomp, and no service account token."""
+    manifests = render(REQUIRED)
+    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    context = container(manifests)["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert (context["runAsUser"], context["runAsGroup"]) == (10001, 10001)
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == FULLNAME
+    assert only(manifests, "ServiceAccount")["automountServiceAccountToken"] is False
+    assert pod["enableServiceLinks"] is False
+
+
+def test_one_replica_replaced_with_recreate(render: Render) -> None:
+    """Recreate: the old pod is gone before the new one opens the SQLite file."""
+    spec = only(render(REQUIRED), "Deployment")["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+
+
+def test_image_ports_and_probes(render: Render) -> None:
+    """The image at appVersion runs `serve` on ports http 8080 and admin 9090; liveness
+    /healthz and readiness /readyz on http, a startup probe before them."""
+    main = container(render(REQUIRED))
+    assert main["image"] == "ghcr.io/recoveryd/recoveryd:0.1.0"
+    assert main["imagePullPolicy"] == "IfNotPresent"
+    assert main["args"] == ["serve"]
+    assert "command" not in main  # the image's entrypoint, recoveryd
+    assert [(p["name"], p["containerPort"]) for p in main["ports"]] == [
+        ("http", 8080),
+        ("admin", 9090),
+    ]
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"),
+                        ("readinessProbe", "/readyz")):  # fmt: skip
+        assert main[probe]["httpGet"] == {"path": path, "port": "http"}
+        assert main[probe]["periodSeconds"] >= 1
+        assert main[probe]["failureThreshold"] >= 1
+    # The readiness check waits up to 5 s on the store: the probe must wait longer.
+    assert main["readinessProbe"]["timeoutSeconds"] > 5
+    assert set(main["resources"]) == {"requests", "limits"}
+
+
+def test_image_digest_pins_the_image(render: Render) -> None:
+    main = container(render(VALUE_SETS["locked-down"]))
+    assert main["image"] == "ghcr.io/recoveryd/recoveryd@sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("value_set", "state"),
+    [
+        ("default", {"persistentVolumeClaim": {"claimName": f"{FULLNAME}-state"}}),
+        ("locked-down", {"persistentVolumeClaim": {"claimName": "recoveryd-state"}}),
+        ("persistence-off", {"emptyDir": {}}),
+    ],
+)
+def test_volumes(render: Render, value_set: str, state: dict[str, Any]) -> None:
+    """The store's volume at /var/lib/recoveryd, the rules read-only at /etc/recoveryd,
+    and /tmp: the only writable paths."""
+    manifests = render(VALUE_SETS[value_set])
+    volumes = {
+        v.pop("name"): v
+        for v in only(manifests, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    }
+    mounts = {m["name"]: m for m in container(manifests)["volumeMounts"]}
+    assert volumes["state"] == state
+    assert volumes["rules"] == {"configMap": {"name": f"{FULLNAME}-rules"}}
+    assert "emptyDir" in volumes["tmp"]
+    assert mounts["state"]["mountPath"] == "/var/lib/recoveryd"
+    assert mounts["rules"] == {"name": "rules", "mountPath": "/etc/recoveryd", "readOnly": True}
+    assert mounts["tmp"]["mountPath"] == "/tmp"
+
+
+def test_claim_is_kept_read_write_once(render: Render) -> None:
+    claim = only(render(REQUIRED), "PersistentVolumeClaim")
+    assert claim["metadata"]["name"] == f"{FULLNAME}-state"
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert "storageClassName" not in claim["spec"]
+
+
+def test_environment(render: Render) -> None:
+    """The settings the image's volumes and ports need, and the values given."""
+    env = env_of(render(VALUE_SETS["all-settings"]))
+    plain = {name: item["value"] for name, item in env.items() if "value" in item}
+    assert plain == {
+        "RECOVERYD_SERVICE_URL": "https://qstash.upstash.io",
+        "RECOVERYD_ACCOUNT_URL": "https://qstash.upstash.io",
+        "RECOVERYD_PUBLIC_URL": "https://recoveryd.example.com/callbacks",
+        "RECOVERYD_HEADER_PREFIX": "Upstash",
+        "RECOVERYD_STORE": "sqlite:////var/lib/recoveryd/recoveryd.db",
+        "RECOVERYD_CREDENTIALS_FILE": "/var/lib/recoveryd/credentials.json",
+        "RECOVERYD_RULES": "/etc/recoveryd/rules.yaml",
+        "RECOVERYD_LISTEN": "0.0.0.0:8080",
+        "RECOVERYD_ADMIN_LISTEN": "0.0.0.0:9090",
+        "RECOVERYD_ROTATE_SCHEDULE": "0 3 * * 0",
+        "RECOVERYD_LOG_FORMAT": "console",
+        "RECOVERYD_DRY_RUN": "true",
+        "RECOVERYD_RETENTION": "3d",
+        "RECOVERYD_MAX_RPS": "50",
+        "RECOVERYD_MAX_REMOVALS_PER_HOUR": "0",
+        "RECOVERYD_MAX_BODY_BYTES": "1048576",
+        "RECOVERYD_ALLOW_UNSIGNED": "false",
+    }
+    assert set(env) - set(plain) == set(SECRET_VARIABLES.values())
+
+
+def test_default_environment_logs_json_and_leaves_optional_settings_out(render: Render) -> None:
+    env = env_of(render(REQUIRED))
+    assert env["RECOVERYD_LOG_FORMAT"]["value"] == "json"
+    for optional in ("RECOVERYD_PUBLIC_URL", "RECOVERYD_ROTATE_SCHEDULE", "RECOVERYD_MAX_RPS",
+                     "RECOVERYD_SIGNING_KEY_NEXT", "RECOVERYD_ACCOUNT_PASSWORD"):  # fmt: skip
+        assert optional not in env
+
+
+def resolved_environ(manifests: list[Manifest]) -> dict[str, str]:
+    """The container's environment as the kubelet would give it, from the chart's Secret."""
+    secret = only(manifests, "Secret")
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    environ = {}
+    for name, item in env_of(manifests).items():
+        if "value" in item:
+            environ[name] = item["value"]
+        else:
+            ref = item["valueFrom"]["secretKeyRef"]
+            assert ref["name"] == secret["metadata"]["name"]
+            environ[name] = data[ref["key"]]
+    return environ
+
+
+@pytest.mark.parametrize("value_set", ["default", "all-settings", "ingress", "admin-open"])
+def test_daemon_accepts_the_environment(render: Render, value_set: str) -> None:
+    """recoveryd's own settings loader takes the rendered environment: every name a
+    setting (no typo stops the start), every value valid, the secrets where it reads them."""
+    settings = load_settings(resolved_environ(render(VALUE_SETS[value_set])))
+    assert settings.SERVICE_URL == "https://qstash.upstash.io"
+    assert settings.TOKEN is not None
+    assert settings.TOKEN.get_secret_value() == SECRETS["token"]
+    assert settings.SIGNING_KEY_CURRENT is not None
+    assert settings.SIGNING_KEY_CURRENT.get_secret_value() == SECRETS["signingKeyCurrent"]
+    assert str(settings.CREDENTIALS_FILE).startswith("/var/lib/recoveryd/")
+    assert (settings.ADMIN_TOKEN is None) == (value_set == "admin-open")
+
+
+# --- secrets --------------------------------------------------------------------------------
+
+
+def encodings(value: str) -> set[str]:
+    return {value, base64.b64encode(value.encode()).decode()}
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_secrets_only_in_the_secret(render: Render, value_set: str) -> None:
+    """No secret value, plain or base64, outside the Secret: not in a ConfigMap, not in an
+    env value; every secret variable comes from a secretKeyRef."""
+    manifests = render(VALUE_SETS[value_set])
+    outside = "\n".join(yaml.safe_dump(m) for m in manifests if m["kind"] != "Secret")
+    for value in SECRETS.values():
+        for form in encodings(value):
+            assert form not in outside
+    for name, item in env_of(manifests).items():
+        if name in SECRET_VARIABLES.values():
+            assert set(item) == {"name", "valueFrom"}
+            assert set(item["valueFrom"]) == {"secretKeyRef"}
+    # Nor in plain text in the Secret: its data is base64.
+    assert not [m["kind"] for m in manifests if any(v in json.dumps(m) for v in SECRETS.values())]
+
+
+def test_chart_secret_holds_the_given_secrets(render: Render) -> None:
+    secret = only(render(VALUE_SETS["all-settings"]), "Secret")
+    assert secret["metadata"]["name"] == FULLNAME
+    assert secret["type"] == "Opaque"
+    decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert decoded == {SECRET_KEYS[k]: v for k, v in SECRETS.items()}
+    env = env_of(render(VALUE_SETS["all-settings"]))
+    for setting, variable in SECRET_VARIABLES.items():
+        # Every key is there: none is optional.
+        ref = env[variable]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": FULLNAME, "key": SECRET_KEYS[setting]}
+
+
+def test_existing_secret_is_referenced_by_its_documented_keys(render: Render) -> None:
+    """With secrets.existingSecret no Secret is made; each variable names its key there,
+    the required ones (token, signing key, admin token) not optional."""
+    manifests = render(VALUE_SETS["existing-secret"])
+    env = env_of(manifests)
+    for setting, variable in SECRET_VARIABLES.items():
+        ref = env[variable]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) == ("recoveryd-credentials", SECRET_KEYS[setting])
+        required = setting in {"token", "signingKeyCurrent", "adminToken"}
+        assert ref.get("optional", False) is not required, variable
+    annotations = only(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/secret" not in annotations
+
+
+def test_open_admin_api_leaves_the_admin_token_out(render: Render) -> None:
+    manifests = render(VALUE_SETS["admin-open"])
+    assert "RECOVERYD_ADMIN_TOKEN" not in env_of(manifests)
+    assert SECRET_KEYS["adminToken"] not in only(manifests, "Secret")["data"]
+
+
+# --- rules ----------------------------------------------------------------------------------
+
+
+def rules_of(manifests: list[Manifest]) -> str:
+    config_map = only(manifests, "ConfigMap", f"{FULLNAME}-rules")
+    assert set(config_map["data"]) == {"rules.yaml"}
+    return str(config_map["data"]["rules.yaml"])
+
+
+def test_rendered_rules_pass_recoveryd_check(render: Render, tmp_path: Path) -> None:
+    """The ConfigMap's rules.yaml, as mounted, passes `recoveryd check`."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(rules_of(render(REQUIRED)))
+    checked = subprocess.run(
+        [sys.executable, "-m", "daemon", "check", str(rules)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_rules_checksum_is_the_rules_files_sha256(render: Render) -> None:
+    """checksum/rules is the mounted file's sha256, the one /api/v1/status reports."""
+    manifests = render(REQUIRED)
+    annotations = only(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["checksum/rules"] == hashlib.sha256(rules_of(manifests).encode()).hexdigest()
+
+
+def test_a_rules_change_rolls_the_pod(render: Render) -> None:
+    """Other rules, another checksum/rules: the Deployment's pod template changes."""
+    rules = (ROOT / "rules.yaml").read_text().replace("maxPerRun: 500", "maxPerRun: 400")
+    before = render(REQUIRED)
+    after = render(merged(REQUIRED, {"rules": rules}))
+    assert rules_of(after) == rules
+
+    def checksums(manifests: list[Manifest]) -> dict[str, str]:
+        template = only(manifests, "Deployment")["spec"]["template"]
+        return dict(template["metadata"]["annotations"])
+
+    assert checksums(before)["checksum/rules"] != checksums(after)["checksum/rules"]
+    assert checksums(before)["checksum/secret"] == checksums(after)["checksum/secret"]
+
+
+def test_a_secret_change_rolls_the_pod(render: Render) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        template = only(render(values), "Deployment")["spec"]["template"]
+        return str(template["metadata"]["annotations"]["checksum/secret"])
+
+    assert checksum(REQUIRED) != checksum(merged(REQUIRED, {"secrets": {"token": "another"}}))
+
+
+# --- services, ingress, network ------------------------------------------------------------
+
+
+def test_public_and_admin_services(render: Render) -> None:
+    """`<name>` serves the callbacks on 8080, `<name>-admin` (ClusterIP) metrics and the
+    admin API on 9090; both select the pod."""
+    manifests = render(REQUIRED)
+    pod_labels = only(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    public = only(manifests, "Service", FULLNAME)["spec"]
+    admin = only(manifests, "Service", f"{FULLNAME}-admin")["spec"]
+    assert public["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert admin["type"] == "ClusterIP"
+    assert admin["ports"] == [
+        {"name": "admin", "port": 9090, "targetPort": "admin", "protocol": "TCP"}
+    ]
+    for spec in (public, admin):
+        assert spec["selector"].items() <= pod_labels.items()
+
+
+def test_ingress_routes_only_the_callback_path(render: Render) -> None:
+    ingress = only(render(VALUE_SETS["ingress"]), "Ingress")
+    spec = ingress["spec"]
+    assert spec["ingressClassName"] == "nginx"
+    assert spec["tls"] == [{"secretName": "recoveryd-tls", "hosts": ["recoveryd.example.com"]}]
+    (rule,) = spec["rules"]
+    assert rule["host"] == "recoveryd.example.com"
+    assert rule["http"]["paths"] == [
+        {
+            "path": "/callbacks",
+            "pathType": "Exact",
+            "backend": {"service": {"name": FULLNAME, "port": {"name": "http"}}},
+        }
+    ]
+
+
+def test_network_policy_admits_the_admin_port_from_its_peers_only(render: Render) -> None:
+    """Callbacks from anywhere; 9090 only from the configured peers (Prometheus); egress
+    open, since the service's API is outside the cluster."""
+    spec = only(render(REQUIRED), "NetworkPolicy")["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    public, admin = spec["ingress"]
+    assert public == {"ports": [{"port": "http", "protocol": "TCP"}]}
+    assert admin["ports"] == [{"port": "admin", "protocol": "TCP"}]
+    assert admin["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
+    assert spec["egress"] == [{}]
+
+
+def test_network_policy_restricted_egress_keeps_dns(render: Render) -> None:
+    spec = only(render(VALUE_SETS["locked-down"]), "NetworkPolicy")["spec"]
+    assert spec["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+    ]
+    dns, https = spec["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert https["ports"] == [{"port": 443, "protocol": "TCP"}]
+
+
+def test_disruption_budget_never_blocks_a_drain(render: Render) -> None:
+    spec = only(render(REQUIRED), "PodDisruptionBudget")["spec"]
+    assert spec["maxUnavailable"] == 1
+    assert "minAvailable" not in spec
+
+
+# --- monitoring -------------------------------------------------------------------------------
+
+
+def test_service_monitor_scrapes_the_admin_service(render: Render) -> None:
+    manifests = render(VALUE_SETS["monitoring"])
+    monitor = only(manifests, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    selected = [
+        m["metadata"]["name"]
+        for m in manifests
+        if m["kind"] == "Service" and selector.items() <= m["metadata"]["labels"].items()
+    ]
+    assert selected == [f"{FULLNAME}-admin"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("admin", "/metrics")
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_prometheus_rule_holds_the_alerts_files_groups(render: Render, chart_dir: Path) -> None:
+    rule = only(render(VALUE_SETS["monitoring"]), "PrometheusRule")
+    alerts = yaml.safe_load((chart_dir / "files" / "alerts.yaml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"]
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+
+
+def test_dashboard_config_map_for_the_grafana_sidecar(render: Render, chart_dir: Path) -> None:
+    dashboard = only(render(VALUE_SETS["monitoring"]), "ConfigMap", f"{FULLNAME}-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "Platform"}
+    text = (chart_dir / "files" / "dashboard.json").read_text()
+    assert dashboard["data"] == {"recoveryd.json": text}
+    json.loads(dashboard["data"]["recoveryd.json"])
+
+
+def test_dashboard_sidecar_label_is_configurable(render: Render) -> None:
+    values = merged(
+        VALUE_SETS["monitoring"],
+        {
+            "monitoring": {
+                "dashboard": {
+                    "sidecarLabel": "dashboards",
+                    "sidecarLabelValue": "recoveryd",
+                    "namespace": "grafana",
+                }
+            }
+        },
+    )
+    dashboard = only(render(values), "ConfigMap", f"{FULLNAME}-dashboard")
+    assert dashboard["metadata"]["namespace"] == "grafana"
+    assert dashboard["metadata"]["labels"]["dashboards"] == "recoveryd"
+    assert "grafana_dashboard" not in dashboard["metadata"]["labels"]
+
+
+def test_monitoring_renders_without_its_files(tmp_path: Path) -> None:
+    """A chart without files/alerts.yaml and files/dashboard.json (they are written apart
+    from the templates) still renders with monitoring on: no PrometheusRule, no dashboard."""
+    bare = tmp_path / "recoveryd"
+    shutil.copytree(CHART, bare, ignore=shutil.ignore_patterns("alerts.yaml", "dashboard.json"))
+    with helm.Chart.load(bare) as chart:
+        manifests = manifests_of(
+            chart.render(VALUE_SETS["monitoring"], name=RELEASE, namespace=NAMESPACE)
+        )
+    assert "ServiceMonitor" in kinds(manifests)
+    assert "PrometheusRule" not in kinds(manifests)
+    assert [m["metadata"]["name"] for m in manifests if m["kind"] == "ConfigMap"] == [
+        f"{FULLNAME}-rules"
+    ]
+
+
+# --- names and notes --------------------------------------------------------------------------
+
+
+def test_release_named_recoveryd_is_not_repeated(chart: helm.Chart) -> None:
+    """A release called recoveryd makes `recoveryd` and `recoveryd-admin`."""
+    manifests = manifests_of(chart.render(REQUIRED, name="recoveryd", namespace=NAMESPACE))
+    assert only(manifests, "Deployment")["metadata"]["name"] == "recoveryd"
+    services = sorted(m["metadata"]["name"] for m in manifests if m["kind"] == "Service")
+    assert services == ["recoveryd", "recoveryd-admin"]
+
+
+@pytest.mark.parametrize(
+    ("value_set", "warnings"),
+    [
+        ("ingress", []),
+        ("default", ["config.publicUrl is empty"]),
+        ("admin-open", ["config.publicUrl is empty", "admin.requireToken is false"]),
+        ("persistence-off", ["config.publicUrl is empty", "persistence.enabled is false"]),
+    ],
+)
+def test_notes_warn_about_what_is_unsafe(
+    chart: helm.Chart, value_set: str, warnings: list[str]
+) -> None:
+    rendered = chart.render(VALUE_SETS[value_set], name=RELEASE, namespace=NAMESPACE)
+    notes = rendered["recoveryd/templates/NOTES.txt"]
+    assert f"svc/{FULLNAME}-admin 9090" in notes
+    found = re.findall(r"^WARNING: (.*?)[,:]", notes, re.MULTILINE)
+    assert found == warnings
+
+
+def readme_install_values() -> dict[str, Any]:
+    """The values the README's `helm install` gives with `--set`, read as Helm reads them
+    (`true`/`false` are booleans; `name[0]` is a list's first item)."""
+    readme = (ROOT / "README.md").read_text()
+    command = readme.split("helm install recoveryd ./helm/recoveryd", 1)[1].split("```", 1)[0]
+    values: dict[str, Any] = {}
+    for flag in re.findall(r"--set\s+'?([^'\s]+)'?", command):
+        path, text = flag.split("=", 1)
+        value: Any = {"true": True, "false": False}.get(text, text)
+        *parents, leaf = path.split(".")
+        node = values
+        for key in parents:
+            node = node.setdefault(key, {})
+        if (listed := re.fullmatch(r"(\w+)\[0\]", leaf)) is not None:
+            node[listed[1]] = [value]
+        else:
+            node[leaf] = value
+    return values
+
+
+def test_the_readme_install_command_renders_valid_manifests(render: Render) -> None:
+    """What a newcomer copies from the README renders, and every object is valid."""
+    values = readme_install_values()
+    assert values["secrets"] == {"existingSecret": "recoveryd"}
+    manifests = render(values)
+    assert {"Deployment", "Ingress", "ServiceMonitor", "PrometheusRule"} <= set(kinds(manifests))
+    for manifest in manifests:
+        if manifest["kind"] not in CUSTOM_RESOURCES:
+            kubernetes_validate.validate(manifest, KUBERNETES_VERSIONS[-1], strict=True)
