@@ -44,14 +44,16 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 
 # The container's defaults; the Helm chart sets the rest (the service URL, the token
 # and signing keys from Secrets, RECOVERYD_CREDENTIALS_FILE on the volume). The admin
-# listener is on all interfaces so Prometheus can scrape the pod: the chart sets
-# RECOVERYD_ADMIN_TOKEN and a NetworkPolicy that admits only the scraper to port 9090.
+# listener stays on loopback, as the daemon's own default: it can rotate the token and
+# redrive work, so opening it to the network is a choice made with RECOVERYD_ADMIN_TOKEN
+# (the chart listens on 0.0.0.0:9090 for Prometheus, with a token and a NetworkPolicy).
+# `docker exec ... recoveryd removals` still reaches it.
 # TMPDIR is the volume, the one writable place (SQLite's and Python's temporary files).
 ENV PATH="/opt/recoveryd/bin:$PATH" \
     RECOVERYD_STORE="sqlite:////var/lib/recoveryd/recoveryd.db" \
     RECOVERYD_RULES="/etc/recoveryd/rules.yaml" \
     RECOVERYD_LISTEN="0.0.0.0:8080" \
-    RECOVERYD_ADMIN_LISTEN="0.0.0.0:9090" \
+    RECOVERYD_ADMIN_LISTEN="127.0.0.1:9090" \
     TMPDIR="/var/lib/recoveryd" \
     PYTHONDONTWRITEBYTECODE="1" \
     PYTHONUNBUFFERED="1"

@@ -378,8 +378,44 @@ def test_every_manifest_is_valid_kubernetes(render: Render, value_set: str) -> N
 def test_each_value_set_renders_its_objects(
     render: Render, value_set: str, expected: set[str]
 ) -> None:
-    """Which kinds each value set makes: the optional ones only when asked for."""
-    assert set(kinds(render(VALUE_SETS[value_set]))) == expected
+    """Which kinds each value set makes: the optional ones only when asked for, and
+    always the Job that checks the rules before an upgrade."""
+    assert set(kinds(render(VALUE_SETS[value_set]))) == expected | {"Job"}
+
+
+def test_an_upgrade_checks_the_new_rules_with_the_new_image_before_changing_anything(
+    render: Render,
+) -> None:
+    """A pre-install/pre-upgrade hook: its own ConfigMap holds the new rules (the
+    release's is not updated yet), its Job runs `recoveryd check` on them with the
+    Deployment's image and security context, once, and is deleted when it passes."""
+    rules = "version: 1\nrules: []\n"
+    manifests = render(merged(REQUIRED, {"rules": rules}))
+    hooks = [m for m in manifests if "helm.sh/hook" in m["metadata"].get("annotations", {})]
+    assert [(m["kind"], m["metadata"]["name"]) for m in hooks] == [
+        ("ConfigMap", f"{FULLNAME}-rules-check"),
+        ("Job", f"{FULLNAME}-rules-check"),
+    ]
+    config_map, job = hooks
+    for hook in hooks:
+        annotations = hook["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    weights = [int(hook["metadata"]["annotations"]["helm.sh/hook-weight"]) for hook in hooks]
+    assert weights[0] < weights[1]  # the rules exist before the Job starts
+    assert config_map["data"] == {"rules.yaml": rules}
+    assert job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]["spec"]
+    [check] = pod["containers"]
+    assert check["args"] == ["check", "/etc/recoveryd/rules.yaml"]
+    assert check["image"] == container(manifests)["image"]
+    assert check["securityContext"] == container(manifests)["securityContext"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in pod  # the chart's does not exist at a first install
+    assert pod["volumes"] == [{"name": "rules", "configMap": {"name": f"{FULLNAME}-rules-check"}}]
+    off = render(merged(REQUIRED, {"rulesCheck": {"enabled": False}}))
+    assert "Job" not in kinds(off)
 
 
 # --- values refused ---------------------------------------------------------------------
@@ -438,6 +474,9 @@ def test_two_replicas_are_refused(chart: helm.Chart) -> None:
          "config.rotateSchedule needs secrets.accountUsername and secrets.accountPassword"),
         (merged(VALUE_SETS["all-settings"], {"persistence": {"enabled": False}}),
          "config.rotateSchedule needs persistence.enabled"),
+        (merged(REQUIRED, {"secrets": {"accountUsername": "u", "accountPassword": "p"},
+                           "persistence": {"enabled": False}}),
+         "secrets.accountUsername and secrets.accountPassword need persistence.enabled"),
         (merged(REQUIRED, {"secrets": {"existingSecret": "mine"}}),
          "secrets.token is set together with secrets.existingSecret"),
         (merged(REQUIRED, {"ingress": {"enabled": True}}), "ingress.hosts needs at least one"),
@@ -857,7 +896,8 @@ def test_monitoring_renders_without_its_files(tmp_path: Path) -> None:
     assert "ServiceMonitor" in kinds(manifests)
     assert "PrometheusRule" not in kinds(manifests)
     assert [m["metadata"]["name"] for m in manifests if m["kind"] == "ConfigMap"] == [
-        f"{FULLNAME}-rules"
+        f"{FULLNAME}-rules",
+        f"{FULLNAME}-rules-check",  # the rules check's, not a dashboard
     ]
 
 

@@ -505,12 +505,15 @@ def test_the_image_env_keeps_all_state_on_the_volume(dockerfile: Dockerfile) -> 
     load_settings(recoveryd | chart)  # raises SettingsError, naming the variable
 
 
-def test_the_image_listens_on_all_interfaces_on_its_exposed_ports(dockerfile: Dockerfile) -> None:
-    """Both listeners on 0.0.0.0 (Prometheus scrapes the admin one), on the EXPOSEd ports;
-    `recoveryd serve` from the venv is what the container runs."""
+def test_the_image_listens_on_its_exposed_ports_the_admin_one_on_loopback(
+    dockerfile: Dockerfile,
+) -> None:
+    """The public listener on 0.0.0.0; the admin one, which can rotate the token, on
+    loopback unless the deployment opens it (with a token, as the chart does). Both on
+    the EXPOSEd ports; `recoveryd serve` from the venv is what the container runs."""
     env = dockerfile.env
     listeners = [env["RECOVERYD_LISTEN"], env["RECOVERYD_ADMIN_LISTEN"]]
-    assert listeners == ["0.0.0.0:8080", "0.0.0.0:9090"]
+    assert listeners == ["0.0.0.0:8080", "127.0.0.1:9090"]
     assert dockerfile.runtime.one("EXPOSE").split() == ["8080", "9090"]
     assert dockerfile.runtime.exec_form("ENTRYPOINT") == ["recoveryd"]
     assert dockerfile.runtime.exec_form("CMD") == ["serve"]

@@ -118,6 +118,9 @@ change. Included by the Deployment, so that every render runs them.
 {{- if and .Values.config.rotateSchedule (not .Values.persistence.enabled) }}
 {{- fail "config.rotateSchedule needs persistence.enabled: a rotated token is kept only in the credentials file on the state volume, and an emptyDir would lose it with the pod, locking the account out" }}
 {{- end }}
+{{- if and (or $s.accountUsername $s.accountPassword) (not .Values.persistence.enabled) }}
+{{- fail "secrets.accountUsername and secrets.accountPassword need persistence.enabled: they let recoveryd rotate the token (`recoveryd rotate-token` too), and the rotated token is kept only in the credentials file on the state volume; an emptyDir would lose it with the pod, locking the account out" }}
+{{- end }}
 {{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
 {{- fail "ingress.hosts needs at least one host name when ingress.enabled is true" }}
 {{- end }}
