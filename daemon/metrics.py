@@ -248,8 +248,8 @@ class Metrics:
         self.rate_limit = Gauge(
             "recoveryd_upstream_rate_limit_requests_per_second",
             "The pace calls to the service keep to now (read at scrape time): the "
-            "account's limit once known, pinned or learned, less the limiter's headroom "
-            "not counted; the slow start's pace while it is being found; 0 when not paced.",
+            "account's limit once known, pinned or learned (calls keep about 5% under "
+            "it); the slow start's pace while it is being found; 0 when not paced.",
             registry=registry,
         )
         self.ready = Gauge(

@@ -3,6 +3,7 @@ the tests run them."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing
 import os
@@ -140,3 +141,15 @@ def _serve_emulator(config: EmulatorConfig, port_out: Connection) -> None:
     port_out.close()
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", lifespan="on"))
     server.run(sockets=[sock])
+
+
+async def recoveryd(
+    tmp_path: Path, *args: str, **settings: str
+) -> subprocess.CompletedProcess[str]:
+    """`recoveryd ARGS` as a user runs it, with `settings`, off the event loop (the daemon
+    it may ask runs on it)."""
+    command = [sys.executable, "-m", "daemon", *args]
+    return await asyncio.to_thread(
+        subprocess.run, command, env=environ(tmp_path, **settings), capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip

@@ -3,15 +3,13 @@ do not, and the commands that ask the running daemon send it."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.processes import environ
+from tests.processes import recoveryd
 from tests.support import running_recoveryd
 
 ADMIN_TOKEN = "adm_s3cret-Token"
@@ -66,15 +64,8 @@ async def removals(
 ) -> subprocess.CompletedProcess[str]:
     """`recoveryd removals` as a user runs it, asking the daemon behind `admin`."""
     url = admin.base_url
-    settings = {"ADMIN_LISTEN": f"{url.host}:{url.port}", "ADMIN_TOKEN": token}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "daemon", "removals", "--json"],
-        env=environ(tmp_path, **settings),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return await recoveryd(
+        tmp_path, "removals", "--json", ADMIN_LISTEN=f"{url.host}:{url.port}", ADMIN_TOKEN=token
     )
 
 

@@ -30,6 +30,7 @@ from daemon.metrics import Metrics
 from daemon.pipeline.calls import recording
 from daemon.pipeline.failures import backoff, is_final_for
 from daemon.store import Store, StoreUnavailable
+from daemon.store.backoff import StoreBackoff
 from daemon.store.removals import Removal, RemovalResult
 from daemon.upstream import (
     CircuitOpen,
@@ -75,17 +76,15 @@ class Remover:
     async def run(self) -> None:
         """Carry out due removals for ever (the supervisor restarts it after a crash: its
         state is all in the store)."""
-        failures = 0
+        backoff = StoreBackoff("endpoint removals")
         while True:
             try:
                 for removal in await self._store.removals_due(self._wall_clock()):
                     await self.carry_out(removal)
             except StoreUnavailable as exc:
-                failures += 1
-                log.warning("endpoint removals: store unavailable", error=str(exc))
-                await asyncio.sleep(min(30.0, 0.5 * 2**failures))  # never a hot loop
+                await backoff.pause(exc)
                 continue
-            failures = 0
+            backoff.reset()
             await asyncio.sleep(self._idle_poll)
 
     async def carry_out(self, removal: Removal) -> None:

@@ -34,6 +34,7 @@ from daemon.notify.delivery import (
     retry_delay,
 )
 from daemon.store import Store, StoreUnavailable
+from daemon.store.backoff import StoreBackoff
 from daemon.store.records import NotificationJob
 from daemon.supervisor import Supervisor
 
@@ -90,16 +91,14 @@ class Notifier:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self) -> None:
-        failures = 0
+        backoff = StoreBackoff("notifier")
         while not self._stopping:
             try:
                 await self._dispatch()
             except StoreUnavailable as exc:
-                failures += 1
-                log.warning("notifier: store unavailable", error=str(exc))
-                await asyncio.sleep(min(30.0, 0.5 * 2**failures))  # never a hot loop
+                await backoff.pause(exc)
                 continue
-            failures = 0
+            backoff.reset()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._timing.poll):
                     await self._wakeup.wait()

@@ -27,6 +27,7 @@ from daemon.pipeline.failures import backoff, is_final_for
 from daemon.rules import facts
 from daemon.rules.live import LiveRules
 from daemon.store import Store, StoreUnavailable
+from daemon.store.backoff import StoreBackoff
 from daemon.store.records import Claimed, Outcome, Pending
 from daemon.supervisor import Supervisor
 from daemon.upstream import NotFound, ServiceClient, ServiceError
@@ -106,17 +107,15 @@ class Fetcher:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _work(self) -> None:
-        failures = 0
+        backoff = StoreBackoff("fetch stage")
         while not self._stopping:
             await self._wait_for_the_service()
             try:
                 busy = await self._one_chunk()
             except StoreUnavailable as exc:
-                failures += 1
-                log.warning("fetch stage: store unavailable", error=str(exc))
-                await asyncio.sleep(min(30.0, 0.5 * 2**failures))  # never a hot loop
+                await backoff.pause(exc)
                 continue
-            failures = 0
+            backoff.reset()
             if not busy:
                 await self._idle(self._idle_poll)
 

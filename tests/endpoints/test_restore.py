@@ -3,9 +3,6 @@ or, with none, doing it itself), the admin route behind it, and `recoveryd remov
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import quote
 
@@ -25,20 +22,8 @@ from tests.endpoints.support import (
     topic_calls,
 )
 from tests.pipeline.support import Harness, harness
-from tests.processes import environ, free_port
+from tests.processes import free_port, recoveryd
 from tests.support import emulator_config, running_recoveryd
-
-
-async def recoveryd(
-    tmp_path: Path, *args: str, **settings: str
-) -> subprocess.CompletedProcess[str]:
-    """`recoveryd ARGS` as a user runs it, off the event loop (the daemon it may ask for
-    runs on it)."""
-    command = [sys.executable, "-m", "daemon", *args]
-    return await asyncio.to_thread(
-        subprocess.run, command, env=environ(tmp_path, **settings), capture_output=True,
-        text=True, timeout=60, check=False,
-    )  # fmt: skip
 
 
 def admin_listen(h: Harness) -> str:
