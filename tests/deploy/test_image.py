@@ -548,6 +548,23 @@ def test_check_passes_the_repository_rules_as_the_image_runs_it(
     assert result.stdout.startswith(f"{image.rules}: ok: ")
 
 
+def test_check_passes_the_repository_rules_named_on_the_command_line(
+    image: Image, sandbox: list[str], tmp_path: Path
+) -> None:
+    """`recoveryd check rules.yaml` from the fresh virtual environment, in the repository,
+    as the image's user on a read-only root."""
+    user = image.dockerfile.user
+    state = state_volume(tmp_path, user)
+    environ = image.environ(state, UNREACHABLE_SERVICE, {})
+    entrypoint = image.dockerfile.runtime.exec_form("ENTRYPOINT")
+    result = subprocess.run(
+        contained(sandbox, [*entrypoint, "check", "rules.yaml"], writable=state, user=user),
+        env=environ, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("rules.yaml: ok: ")
+
+
 @dataclass
 class Started:
     process: subprocess.Popen[bytes]
