@@ -21,10 +21,12 @@ from daemon.account import CredentialsFileError, RotationTiming, Rotator, Saved
 from daemon.account import credentials_file as credentials_files
 from daemon.account.rotation import missing_basic_credentials
 from daemon.admin import admin_app
+from daemon.descriptors import DescriptorWatch
 from daemon.endpoints.api import removal_routes
 from daemon.endpoints.remover import Remover
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
+from daemon.listener import ListenerLimits, limited_protocol
 from daemon.metrics import Metrics
 from daemon.notify.notifier import Notifier
 from daemon.pipeline import Pipeline, Tuning
@@ -60,6 +62,9 @@ class Daemon:
     rotator: Rotator
     public: ASGIApp
     admin: ASGIApp
+    # The listeners' HTTP protocols, with the connection limits (daemon/listener.py).
+    public_http: type[asyncio.Protocol]
+    admin_http: type[asyncio.Protocol]
 
 
 @contextlib.asynccontextmanager
@@ -123,7 +128,10 @@ async def running(
             wall_clock=wall_clock,
             on_accepted=pipeline.wake,
         )
-        readiness = Readiness(store, rotator=rotator, supervisor=supervisor)
+        descriptors = DescriptorWatch()
+        readiness = Readiness(
+            store, rotator=rotator, supervisor=supervisor, descriptors=descriptors
+        )
         sweeper = Sweeper(
             rules, SweepRunner(client, store, metrics, wall_clock=wall_clock), store, metrics,
             supervisor, dry_run=settings.DRY_RUN, timing=sweeps, wall_clock=wall_clock,
@@ -138,6 +146,7 @@ async def running(
         admin.include_router(sweep_routes(sweeper))
         admin.include_router(removal_routes(store, client, metrics, wall_clock))
         pruning = supervisor.spawn("retention", retention.run, required=False)
+        watching = supervisor.spawn("descriptors", descriptors.run, required=False)
         removing = supervisor.spawn(
             "endpoint-remover", _remover(settings, store, client, metrics, tuning, wall_clock).run,
             required=False,
@@ -148,6 +157,7 @@ async def running(
             sweeper.running(),
             _notifying(store, metrics, tuning, supervisor, wall_clock),
             _cancelled_at_exit(pruning),
+            _cancelled_at_exit(watching),
             _cancelled_at_exit(removing),
         ):
             yield Daemon(
@@ -158,6 +168,8 @@ async def running(
                 rotator=rotator,
                 public=public_app(receiver, readiness),
                 admin=admin,
+                public_http=_limited("public", settings.listener_limits, metrics),
+                admin_http=_limited("admin", settings.listener_limits, metrics),
             )
 
 
@@ -284,6 +296,16 @@ async def _cancelled_at_exit(task: asyncio.Task[None]) -> AsyncIterator[None]:
             await task
 
 
+def _limited(listener: str, limits: ListenerLimits, metrics: Metrics) -> type[asyncio.Protocol]:
+    """The listener's HTTP protocol, its refusals counted by reason."""
+    refusals = metrics.listener_refusals
+
+    def refused(reason: str) -> None:
+        refusals.labels(listener, reason).inc()
+
+    return limited_protocol(limits, listener, refused)
+
+
 def _breaker_watch(metrics: Metrics) -> Callable[[str, str], None]:
     """The client's circuit breakers, as a metric and one log line per change."""
 
@@ -300,14 +322,22 @@ def _breaker_watch(metrics: Metrics) -> Callable[[str, str], None]:
 
 class Readiness:
     """`/readyz`: ready when the store answers and is healthy, every required task runs,
-    a token is present and the service is not refusing it. The service
-    being down does not make the daemon unready: callbacks are still stored, and acted
-    on once it is back."""
+    a token is present and the service is not refusing it, and descriptors are not at
+    their limit. The service being down does not make the daemon unready: callbacks are
+    still stored, and acted on once it is back."""
 
-    def __init__(self, store: Store, *, rotator: Rotator, supervisor: Supervisor) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        rotator: Rotator,
+        supervisor: Supervisor,
+        descriptors: DescriptorWatch,
+    ) -> None:
         self._store = store
         self._rotator = rotator
         self._supervisor = supervisor
+        self._descriptors = descriptors
 
     async def reasons(self) -> list[str]:
         """Why the daemon is not ready; empty when it is."""
@@ -316,7 +346,12 @@ class Readiness:
             await self._store.ping()
         except StoreUnavailable as exc:
             reasons.append(f"store: {exc}")
-        return reasons + self._rotator.problems() + self._supervisor.problems()
+        return (
+            reasons
+            + self._rotator.problems()
+            + self._supervisor.problems()
+            + self._descriptors.problems()
+        )
 
 
 def public_app(receiver: CallbackReceiver, readiness: Readiness) -> ASGIApp:

@@ -478,8 +478,8 @@ async def _recoveryd(
         with contextlib.closing(sock):
             async with (
                 running(settings, tuning=Tuning(drain_timeout=5.0)) as daemon,
-                serve(daemon.public, sock=sock),
-                serve(daemon.admin) as admin_url,
+                serve(daemon.public, sock=sock, http=daemon.public_http),
+                serve(daemon.admin, http=daemon.admin_http) as admin_url,
             ):
                 yield callback_url, admin_url
     except (FileError, Unreadable) as exc:

@@ -10,6 +10,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     disable_created_metrics,
 )
 
@@ -315,6 +316,17 @@ class Metrics:
             ["sweep"],
             registry=registry,
         )
+        self.listener_refusals = Counter(
+            "recoveryd_listener_refusals",
+            "Connections a listener refused or closed to stay within its limits, by reason: "
+            "header_too_large (431), header_timeout and body_timeout (408), over_connections "
+            "(503), evicted (the longest-idle connection, closed to make room).",
+            ["listener", "reason"],
+            registry=registry,
+        )
+        # process_open_fds against process_max_fds, resident memory, CPU: the standard
+        # names, which dashboards and the alerts read.
+        ProcessCollector(registry=registry)
 
     def set_account_limits(self, limits: Mapping[str, float]) -> None:
         """Export the account record's limits (by wire name) that ACCOUNT_LIMITS knows."""

@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 
 from daemon.app import running
+from daemon.descriptors import raise_soft_limit
 from daemon.logs import configure_logging
 from daemon.rules import FileError, Unreadable
 from daemon.serving import bind, serve_until_stopped
@@ -39,6 +40,9 @@ def serve(environ: Mapping[str, str] = os.environ, *, rules: Path | None = None)
             "unsigned callbacks are accepted (RECOVERYD_ALLOW_UNSIGNED=true): anyone who can "
             "reach the public listener can make recoveryd act"
         )
+    before, after = raise_soft_limit()
+    if after > before:
+        log.info("descriptor limit raised to the hard limit", was=before, now=after)
     listeners = [_bind("LISTEN", *settings.listen), _bind("ADMIN_LISTEN", *settings.admin_listen)]
     _run(_serve(settings, listeners))
 
@@ -62,7 +66,10 @@ async def _serve(settings: Settings, sockets: list[socket.socket]) -> None:
                 reloads.add(task)
                 task.add_done_callback(_settled(reloads))
 
-            listeners = [(daemon.public, sockets[0]), (daemon.admin, sockets[1])]
+            listeners = [
+                (daemon.public, sockets[0], daemon.public_http),
+                (daemon.admin, sockets[1], daemon.admin_http),
+            ]
             await serve_until_stopped(listeners, on_hangup=reload)
     except StoreUnavailable as exc:
         raise StartError(f"{PREFIX}STORE: {exc}") from None

@@ -9,15 +9,18 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Literal
 
 import uvicorn
 
+# uvicorn's choice of HTTP implementation, or a protocol class (daemon/listener.py).
+Http = type[asyncio.Protocol] | Literal["auto"]
 
-def _config(app: Any, host: str, port: int) -> uvicorn.Config:
+
+def _config(app: Any, host: str, port: int, http: Http = "auto") -> uvicorn.Config:
     # lifespan "on" so apps with startup/shutdown hooks (background tasks) run them.
-    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", http=http)
 
 
 def _bound_url(server: uvicorn.Server) -> str:
@@ -27,13 +30,18 @@ def _bound_url(server: uvicorn.Server) -> str:
 
 @contextlib.asynccontextmanager
 async def serve(
-    app: Any, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    sock: socket.socket | None = None,
+    http: Http = "auto",
 ) -> AsyncIterator[str]:
     """Serve `app` in this event loop; yields its base URL (port 0 picks a free port).
 
     With `sock` (see `bind`) it serves on that socket: the URL is then known before.
     """
-    server = uvicorn.Server(_config(app, host, port))
+    server = uvicorn.Server(_config(app, host, port, http))
     task = asyncio.create_task(server.serve(sockets=None if sock is None else [sock]))
     try:
         while not server.started:
@@ -133,24 +141,26 @@ class _QuietServer(uvicorn.Server):
 
 
 async def serve_until_stopped(
-    listeners: list[tuple[Any, socket.socket]],
+    listeners: Sequence[tuple[Any, socket.socket, Http]],
     *,
     drain_seconds: float = 30.0,
     on_hangup: Callable[[], Any] | None = None,
 ) -> None:
-    """Serve each app on its socket until SIGTERM or SIGINT; in-flight requests then get
-    up to `drain_seconds` to finish before the servers return. SIGHUP calls `on_hangup`."""
+    """Serve each app on its socket with its HTTP protocol until SIGTERM or SIGINT;
+    in-flight requests then get up to `drain_seconds` to finish before the servers
+    return. SIGHUP calls `on_hangup`."""
     servers = [
         _QuietServer(
             uvicorn.Config(
                 app,
+                http=http,
                 log_config=None,  # logs go through the root logger that logs.py set up
                 access_log=False,  # one line per callback would be the busiest log there is
                 lifespan="off",
                 timeout_graceful_shutdown=int(drain_seconds),
             )
         )
-        for app, _ in listeners
+        for app, _, http in listeners
     ]
     loop = asyncio.get_running_loop()
 
@@ -167,7 +177,7 @@ async def serve_until_stopped(
     once = _OnceEach()
     uvicorn_log.addFilter(once)
     try:
-        pairs = zip(servers, (sock for _, sock in listeners), strict=True)
+        pairs = zip(servers, (sock for _, sock, _ in listeners), strict=True)
         await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in pairs))
     finally:
         uvicorn_log.removeFilter(once)

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from daemon.durations import parse_duration
+from daemon.listener import ListenerLimits
 from daemon.schedule import parse_schedule
 from daemon.urls import http_url, without_credentials
 
@@ -124,6 +125,12 @@ class Settings(BaseModel):
     HEADER_PREFIX: HeaderPrefix = "Service"
     MAX_RPS: float | None = Field(default=None, gt=0)
     MAX_BODY_BYTES: int = Field(default=1024 * 1024, gt=0)
+    # What one connection to a listener may take (daemon/listener.py, docs/settings.md).
+    MAX_HEADER_BYTES: int = Field(default=16 * 1024, ge=1024)
+    HEADER_TIMEOUT: Duration = 10.0
+    BODY_TIMEOUT: Duration = 30.0
+    MAX_CONNECTIONS: int = Field(default=1024, gt=0)
+    MAX_REQUESTS_PER_CONNECTION: int = Field(default=1000, gt=0)
     MAX_REMOVALS_PER_HOUR: int = Field(default=10, ge=0)
     DRY_RUN: bool = False
     LOG_FORMAT: Literal["json", "console"] = "json"
@@ -177,6 +184,16 @@ class Settings(BaseModel):
     @property
     def admin_listen(self) -> tuple[str, int]:
         return _split_listen(self.ADMIN_LISTEN)
+
+    @property
+    def listener_limits(self) -> ListenerLimits:
+        return ListenerLimits(
+            max_header_bytes=self.MAX_HEADER_BYTES,
+            header_timeout=self.HEADER_TIMEOUT,
+            body_timeout=self.BODY_TIMEOUT,
+            max_connections=self.MAX_CONNECTIONS,
+            max_requests_per_connection=self.MAX_REQUESTS_PER_CONNECTION,
+        )
 
     @property
     def signing_keys(self) -> tuple[bytes, ...]:

@@ -213,8 +213,8 @@ async def running_recoveryd(
             breaker=breaker,
             http_timeout=http_timeout,
         ) as daemon,
-        serve(daemon.public) as public_url,
-        serve(daemon.admin) as admin_url,
+        serve(daemon.public, http=daemon.public_http) as public_url,
+        serve(daemon.admin, http=daemon.admin_http) as admin_url,
         httpx.AsyncClient(base_url=public_url, timeout=10) as public,
         httpx.AsyncClient(base_url=admin_url, timeout=10) as admin,
     ):

@@ -3,7 +3,10 @@
 A plain ASGI app rather than a FastAPI route: this is the hot path when a bad hour
 downstream sends thousands of callbacks a second, and FastAPI's request parsing costs
 about four times the rest of the work. Checks run cheapest first, and nothing is parsed
-before the signature holds.
+before the signature holds. The token is checked from the headers before the body is
+read: anyone can connect, and only the service's signed requests are worth buffering a
+body for. An answer given before the body was read closes the connection (the body need
+not be read either).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, NamedTuple
 import structlog
 
 from daemon.ingest.callback import CallbackError, parse_callback
-from daemon.ingest.signature import SignatureError, Verifier
+from daemon.ingest.signature import SignatureError, Verifier, check_body
 from daemon.metrics import CallbackResult, Metrics
 from daemon.store import Added, Callback, Store, StoreUnavailable
 
@@ -36,6 +39,7 @@ class _Answer(NamedTuple):
     status: int
     result: CallbackResult
     body: bytes
+    close: bool = False  # given before the body was read: the connection ends with it
 
 
 def _stored(result: Added, dlq_id: str) -> _Answer:
@@ -44,9 +48,16 @@ def _stored(result: Added, dlq_id: str) -> _Answer:
     return _Answer(200, result, body)
 
 
-def _error(status: int, result: CallbackResult, message: str, field: str | None = None) -> _Answer:
+def _error(
+    status: int,
+    result: CallbackResult,
+    message: str,
+    field: str | None = None,
+    *,
+    close: bool = False,
+) -> _Answer:
     error = {"error": message} if field is None else {"error": message, "field": field}
-    return _Answer(status, result, json.dumps(error).encode())
+    return _Answer(status, result, json.dumps(error).encode(), close)
 
 
 class CallbackReceiver:
@@ -89,7 +100,7 @@ class CallbackReceiver:
             answer = await self._answer(scope, receive)
         except _ClientGone:
             return
-        await _respond(send, answer.status, answer.body)
+        await _respond(send, answer.status, answer.body, close=answer.close)
         self._metrics.callbacks[answer.result].inc()
         self._metrics.callback_seconds.observe(time.perf_counter() - started)
 
@@ -98,13 +109,19 @@ class CallbackReceiver:
         if length is not None and length > self._max_body_bytes:
             return self._too_large()
         if not _is_json(content_type):
-            return _error(415, "unsupported_media_type", "Content-Type must be application/json")
+            message = "Content-Type must be application/json"
+            return _error(415, "unsupported_media_type", message, close=True)
+        claims, refused = self._check_token(signature)
+        if refused is not None:
+            return refused
         body = await _read_body(receive, self._max_body_bytes)
         if body is None:
             return self._too_large()
-        refused = self._check_signature(signature, body)
-        if refused is not None:
-            return refused
+        if claims is not None:
+            try:
+                check_body(claims, body)
+            except SignatureError as exc:
+                return self._bad_signature(exc, close=False)
         try:
             callback = parse_callback(body)
         except CallbackError as exc:
@@ -136,23 +153,29 @@ class CallbackReceiver:
                 signature = value
         return length, content_type, signature
 
-    def _check_signature(self, signature: bytes | None, body: bytes) -> _Answer | None:
+    def _check_token(self, signature: bytes | None) -> tuple[dict[str, Any] | None, _Answer | None]:
+        """The token's claims (None when there is nothing to check), or the refusal."""
         if signature is None:
             if self._allow_unsigned:
-                return None
-            return _error(401, "unauthorized", f"missing {self._signature_name} header")
+                return None, None
+            missing = f"missing {self._signature_name} header"
+            return None, _error(401, "unauthorized", missing, close=True)
         if self._verifier is None:  # unsigned mode without keys: nothing to check against
-            return None
+            return None, None
         try:
-            self._verifier.verify(signature, body, self._wall_clock())
+            return self._verifier.claims(signature, self._wall_clock()), None
         except SignatureError as exc:
-            log.info("callback signature refused", reason=str(exc))
-            return _error(401, "unauthorized", f"bad {self._signature_name}: {exc}")
-        return None
+            return None, self._bad_signature(exc, close=True)
+
+    def _bad_signature(self, exc: SignatureError, *, close: bool) -> _Answer:
+        log.info("callback signature refused", reason=str(exc))
+        message = f"bad {self._signature_name}: {exc}"
+        return _error(401, "unauthorized", message, close=close)
 
     def _too_large(self) -> _Answer:
+        # Refused from its Content-Length, or part way through: the rest is never read.
         limit = self._max_body_bytes
-        return _error(413, "too_large", f"the body is over the limit of {limit} bytes")
+        return _error(413, "too_large", f"the body is over the limit of {limit} bytes", close=True)
 
 
 def _is_json(content_type: bytes) -> bool:
@@ -180,9 +203,13 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-async def _respond(send: Send, status: int, body: bytes, allow: bytes = b"") -> None:
+async def _respond(
+    send: Send, status: int, body: bytes, allow: bytes = b"", *, close: bool = False
+) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if allow:
         headers.append((b"allow", allow))
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

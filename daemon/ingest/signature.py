@@ -49,6 +49,14 @@ class Verifier:
 
     def verify(self, token: str | bytes, body: bytes, now: float) -> dict[str, Any]:
         """The token's claims if it signs `body` and is valid at `now`; else SignatureError."""
+        claims = self.claims(token, now)
+        check_body(claims, body)
+        return claims
+
+    def claims(self, token: str | bytes, now: float) -> dict[str, Any]:
+        """The token's claims if it is well formed, signed by a key, issued by the service
+        for us and valid at `now`: everything but the body, so that a request can be
+        refused from its headers before its body is read. SignatureError otherwise."""
         raw = token.encode("utf-8") if isinstance(token, str) else token
         if not raw.isascii():
             raise SignatureError("the signature is not a JWT")
@@ -62,7 +70,6 @@ class Verifier:
         # Only now, with the signature known good, is the payload worth parsing.
         claims = _json_object(payload, "payload")
         self._check_claims(claims, now)
-        _check_body(claims, body)
         return claims
 
     def _check_signature(self, signing_input: bytes, signature: bytes) -> None:
@@ -112,7 +119,8 @@ def body_digest(body: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=").decode("ascii")
 
 
-def _check_body(claims: Mapping[str, Any], body: bytes) -> None:
+def check_body(claims: Mapping[str, Any], body: bytes) -> None:
+    """SignatureError unless `body` is the one whose hash the token's claims carry."""
     claimed = claims.get("body")
     if not isinstance(claimed, str):
         raise SignatureError("the token has no 'body' claim")

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -99,7 +100,10 @@ class Document:
 def read_document(path: Path, name: str | None = None) -> Document:
     """Parse the YAML file at `path`; FileError for bad YAML, Unreadable for no file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_FILE_BYTES + 1)  # never more: the file may be huge
+        _check_size(data, name or str(path))
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise Unreadable(f"{path}: cannot read: {reason}") from None
@@ -107,14 +111,84 @@ def read_document(path: Path, name: str | None = None) -> Document:
 
 
 def parse_document(text: str, file: str) -> Document:
+    """Parse `text`, refusing what would cost more to load than a rules file needs: over
+    MAX_FILE_BYTES, nested deeper than MAX_DEPTH (the parser's time grows with the square
+    of the depth), more than MAX_ALIASES aliases or anchors, or aliases that expand it
+    past MAX_VALUES values (the "billion laughs")."""
+    _check_size(text.encode("utf-8"), file)
     yaml = YAML(typ="rt", pure=True)
     try:
+        first_alias = _check_events(yaml.parse(text), file)
         tree = yaml.load(text)
     except MarkedYAMLError as exc:
         raise FileError([_syntax_problem(file, exc)]) from None
     except YAMLError as exc:  # several documents, and other errors without a position
         raise FileError([Problem(file, 1, 1, "<document>", f"not valid YAML: {exc}")]) from None
+    if first_alias is not None:
+        _check_expansion(tree, file, first_alias)
     return Document(file, text, plain(tree), tree)
+
+
+# What a rules file may hold. Hundreds of rules take a few hundred KiB and a few thousand
+# values; anchors and aliases are for sharing a block or two.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 50
+MAX_ALIASES = 100
+MAX_VALUES = 100_000
+
+
+def _check_size(data: bytes, file: str) -> None:
+    if len(data) <= MAX_FILE_BYTES:
+        return
+    kept = data[:MAX_FILE_BYTES].decode("utf-8", errors="ignore")
+    line = kept.count("\n") + 1
+    column = len(kept) - (kept.rfind("\n") + 1) + 1
+    message = f"the file is over {MAX_FILE_BYTES} bytes, the most a rules file may be"
+    raise FileError([Problem(file, line, column, "<document>", message)])
+
+
+def _check_events(events: Iterable[Any], file: str) -> Any:
+    """The first alias's position (None if there is none); FileError at the event that
+    nests past MAX_DEPTH or is an alias or anchor past MAX_ALIASES. Events only, read
+    as they are parsed: nothing is built, and the first one too many stops the parse."""
+    aliases = anchors = depth = 0
+    first = None
+    for event in events:
+        if isinstance(event, AliasEvent):
+            aliases += 1
+            first = first or event.start_mark
+        elif getattr(event, "anchor", None):
+            anchors += 1
+        depth += isinstance(event, CollectionStartEvent) - isinstance(event, CollectionEndEvent)
+        message = None
+        if depth > MAX_DEPTH:
+            message = f"nested deeper than {MAX_DEPTH} levels"
+        elif aliases > MAX_ALIASES or anchors > MAX_ALIASES:
+            kind = "aliases" if aliases > MAX_ALIASES else "anchors"
+            message = f"more than {MAX_ALIASES} {kind}; a rules file needs a few at most"
+        if message is not None:
+            mark = event.start_mark
+            raise FileError([Problem(file, mark.line + 1, mark.column + 1, "<document>", message)])
+    return first
+
+
+def _check_expansion(tree: Any, file: str, first_alias: Any) -> None:
+    """FileError, at the first alias, when the aliases expand the document past
+    MAX_VALUES values; counted without expanding anything (a shared value once)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, dict | list):
+            return 1
+        if id(node) not in sizes:
+            children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+            sizes[id(node)] = 1 + sum(size(child) for child in children)
+        return sizes[id(node)]
+
+    if size(tree) > MAX_VALUES:
+        message = f"the aliases expand the file past {MAX_VALUES} values"
+        line, column = first_alias.line + 1, first_alias.column + 1
+        raise FileError([Problem(file, line, column, "<document>", message)])
 
 
 def _syntax_problem(file: str, error: MarkedYAMLError) -> Problem:

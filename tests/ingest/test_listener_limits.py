@@ -1,0 +1,338 @@
+"""The public listener against hostile clients, over real sockets to `recoveryd serve`.
+
+Each test attacks the listener one way while an honest client on its own thread keeps
+sending signed callbacks: every one of those must be answered 200 within a second, and
+the daemon's resident memory must stay under a stated bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.processes import Served, serving
+from tests.support import callback_json, signed
+
+# Small limits keep each test short; the defaults are documented in docs/settings.md.
+LIMITS = {
+    "HEADER_TIMEOUT": "1s",
+    "BODY_TIMEOUT": "1s",
+    "MAX_HEADER_BYTES": "16384",
+    "MAX_CONNECTIONS": "400",
+    "LOG_FORMAT": "json",
+}
+# What an attack may add to the daemon's resident memory: the listener buffers at most
+# one read (256 KiB) past the header limit per connection and nothing of an unsigned body.
+RSS_GROWTH_BOUND = 64 * 1024 * 1024
+
+
+@dataclass
+class Honest:
+    """Signed callbacks every 50 ms on one keep-alive connection, from a thread of its own
+    (the attack runs on the test's event loop); what came back, and how long it took."""
+
+    url: str
+    answers: list[tuple[int, float]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=5) as client:
+            n = 0
+            while not self._stop.wait(0.05):
+                n += 1
+                body = callback_json(f"honest-{threading.get_ident()}-{n}")
+                started = time.perf_counter()
+                try:
+                    response = client.post("/callbacks", content=body, headers=signed(body))
+                except httpx.HTTPError as exc:
+                    self.failures.append(repr(exc))
+                    continue
+                self.answers.append((response.status_code, time.perf_counter() - started))
+
+    def check(self) -> None:
+        assert not self.failures, self.failures[:3]
+        assert len(self.answers) >= 3, "the honest client hardly ran"
+        statuses = {status for status, _ in self.answers}
+        assert statuses == {200}, statuses
+        slowest = max(seconds for _, seconds in self.answers)
+        assert slowest < 1.0, f"an honest callback took {slowest:.2f} s"
+
+
+@contextlib.contextmanager
+def honest_client(url: str) -> Iterator[Honest]:
+    honest = Honest(url)
+    thread = threading.Thread(target=honest.run, daemon=True)
+    thread.start()
+    try:
+        yield honest
+    finally:
+        deadline = time.monotonic() + 5  # a short attack: let it send a few more
+        while len(honest.answers) < 3 and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.05)
+        honest._stop.set()
+        thread.join(10)
+    honest.check()
+
+
+def rss(served: Served) -> int:
+    status = Path(f"/proc/{served.process.pid}/status").read_text()
+    kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+    return int(kib) * 1024
+
+
+@contextlib.contextmanager
+def bounded_memory(served: Served) -> Iterator[None]:
+    before = rss(served)
+    yield
+    grown = rss(served) - before
+    assert grown < RSS_GROWTH_BOUND, f"RSS grew by {grown / 2**20:.0f} MiB"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    with serving(tmp_path, **LIMITS) as served:
+        yield served
+
+
+def _address(served: Served) -> tuple[str, int]:
+    host, port = served.url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+@dataclass
+class Connection:
+    """A raw connection; everything the daemon sends is read as it arrives (read later,
+    an answer could be lost to the reset that a refused sender's writes provoke)."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    received: asyncio.Task[bytes] | None = None
+
+    def listen(self) -> None:
+        self.received = asyncio.create_task(_everything(self.reader))
+
+    def write(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def answer(self, within: float = 5) -> tuple[int, bytes]:
+        """The status and all the daemon sent, once it has closed the connection."""
+        assert self.received is not None
+        data = await asyncio.wait_for(asyncio.shield(self.received), within)
+        assert data, "the connection was closed without an answer"
+        return int(data.split(b" ", 2)[1]), data
+
+    def answered(self) -> bool:
+        return self.received is not None and self.received.done()
+
+
+async def _everything(reader: asyncio.StreamReader) -> bytes:
+    data = b""
+    with contextlib.suppress(ConnectionError):
+        while chunk := await reader.read(65536):
+            data += chunk
+    return data
+
+
+@contextlib.asynccontextmanager
+async def connection(served: Served, *, listen: bool = True) -> AsyncIterator[Connection]:
+    reader, writer = await asyncio.open_connection(*_address(served))
+    opened = Connection(reader, writer)
+    if listen:
+        opened.listen()
+    try:
+        yield opened
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        if opened.received is not None:
+            opened.received.cancel()
+
+
+async def trickle(conn: Connection, data: bytes, pause: float) -> None:
+    """Send `data` a byte at a time, `pause` apart, until sent or answered."""
+    with contextlib.suppress(ConnectionError):
+        for byte in data:
+            if conn.answered():
+                return
+            conn.write(bytes([byte]))
+            await conn.writer.drain()
+            await asyncio.sleep(pause)
+
+
+def _request_head(body_length: int, headers: dict[str, str], extra: str = "") -> bytes:
+    lines = [
+        "POST /callbacks HTTP/1.1",
+        "Host: recoveryd",
+        f"Content-Length: {body_length}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n" + extra).encode()
+
+
+async def test_an_oversized_header_is_answered_431_and_closed(served: Served) -> None:
+    """A header block over RECOVERYD_MAX_HEADER_BYTES: 431, the connection closed."""
+    async with connection(served) as conn:
+        conn.write(_request_head(2, {"X-Padding": "a" * 20000}) + b"\r\n{}")
+        status, answer = await conn.answer()
+    assert status == 431
+    assert b"connection: close" in answer.lower()
+    assert "header_too_large" in served.logs()
+
+
+async def test_a_100_mb_header_is_cut_off_early_and_honest_callbacks_flow(
+    served: Served,
+) -> None:
+    """A header that never ends is refused once it passes the limit, not read whole: the
+    431 comes while the sender is still in its first megabytes (the rest sits in socket
+    buffers), and the connection is dropped soon after."""
+    with honest_client(served.url), bounded_memory(served):
+        async with connection(served) as conn:
+            conn.write(_request_head(0, {}) + b"X-Padding: ")
+            sent = 0
+            with contextlib.suppress(ConnectionError):
+                while sent < 100 * 2**20 and not conn.answered():
+                    conn.write(b"a" * 2**16)
+                    await conn.writer.drain()
+                    sent += 2**16
+            status, _ = await conn.answer()
+    assert status == 431
+    assert sent < 32 * 2**20, f"{sent / 2**20:.0f} MiB were sent before the refusal"
+
+
+async def test_a_body_over_the_limit_is_refused_before_it_is_sent(served: Served) -> None:
+    """Content-Length over RECOVERYD_MAX_BODY_BYTES: 413 before a byte of the body."""
+    body = callback_json("d-big")
+    async with connection(served) as conn:
+        conn.write(_request_head(10 * 2**20, signed(body)) + b"\r\n")
+        status, answer = await conn.answer()
+    assert status == 413
+    assert b"connection: close" in answer.lower()
+
+
+async def test_a_bad_signature_is_refused_before_the_body_is_read(served: Served) -> None:
+    """The token is checked from the headers alone: a forged one is refused at once,
+    with the body still unsent."""
+    body = callback_json("d-forged")
+    forged = signed(body, key="not-the-signing-key-0123456789abcdef")
+    async with connection(served) as conn:
+        conn.write(_request_head(len(body), forged) + b"\r\n")
+        status, answer = await conn.answer(within=0.8)
+    assert status == 401
+    assert b"does not match any signing key" in answer
+
+
+async def test_an_expired_token_is_refused_before_the_body_is_read(served: Served) -> None:
+    body = callback_json("d-expired")
+    stale = signed(body, now=time.time() - 3600)
+    async with connection(served) as conn:
+        conn.write(_request_head(len(body), stale) + b"\r\n")
+        status, answer = await conn.answer(within=0.8)
+    assert status == 401
+    assert b"expired" in answer
+
+
+async def test_a_signed_token_over_another_body_is_refused_once_the_body_is_read(
+    served: Served,
+) -> None:
+    """Only the body hash waits for the body."""
+    body = callback_json("d-swapped")
+    other = callback_json("d-other")
+    async with connection(served, listen=False) as conn:
+        conn.write(_request_head(len(other), signed(body)) + b"\r\n" + other)
+        head = await asyncio.wait_for(conn.reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 401")
+    assert b"connection: close" not in head.lower()  # the body was read: the connection stays
+
+
+async def test_a_slow_body_is_answered_408_and_closed(served: Served) -> None:
+    """A signed callback whose body trickles in past RECOVERYD_BODY_TIMEOUT: 408."""
+    body = callback_json("d-slow")
+    async with connection(served) as conn:
+        conn.write(_request_head(len(body), signed(body)) + b"\r\n")
+        started = time.monotonic()
+        await trickle(conn, body, pause=0.1)
+        status, answer = await conn.answer()
+    assert status == 408
+    assert time.monotonic() - started < 3
+    assert b"connection: close" in answer.lower()
+    assert "body_timeout" in served.logs()
+
+
+async def test_slowloris_connections_are_answered_408_and_honest_callbacks_flow(
+    served: Served,
+) -> None:
+    """200 connections each sending a header byte every 200 ms are cut at
+    RECOVERYD_HEADER_TIMEOUT while honest callbacks go on."""
+    head = _request_head(0, {"X-A": "b" * 100})
+
+    async def loris() -> int:
+        async with connection(served) as conn:
+            await trickle(conn, head, pause=0.2)
+            status, _ = await conn.answer()
+            return status
+
+    with honest_client(served.url), bounded_memory(served):
+        statuses = await asyncio.wait_for(asyncio.gather(*(loris() for _ in range(200))), 20)
+    assert set(statuses) == {408}
+    assert "header_timeout" in served.logs()
+
+
+async def test_idle_connections_are_closed_and_do_not_shut_honest_callers_out(
+    served: Served,
+) -> None:
+    """More idle connections than RECOVERYD_MAX_CONNECTIONS: the oldest idle ones make
+    room for new ones, the rest close at the header deadline, and honest callbacks on
+    fresh connections are answered throughout."""
+    async with contextlib.AsyncExitStack() as stack:
+        idle = [await stack.enter_async_context(connection(served)) for _ in range(600)]
+        with honest_client(served.url), bounded_memory(served):
+            for n in range(10):  # new connections while the idle ones are held
+                body = callback_json(f"d-fresh-{n}")
+                async with httpx.AsyncClient(base_url=served.url) as fresh:
+                    response = await fresh.post("/callbacks", content=body, headers=signed(body))
+                assert response.status_code == 200
+            received = [conn.received for conn in idle if conn.received is not None]
+            await asyncio.wait_for(asyncio.gather(*received), 10)  # every one closed
+    assert "evicted" in served.logs()
+
+
+async def test_a_connection_is_closed_after_its_last_allowed_request(tmp_path: Path) -> None:
+    """RECOVERYD_MAX_REQUESTS_PER_CONNECTION=3: the third answer says close, and closes."""
+    with serving(tmp_path, MAX_REQUESTS_PER_CONNECTION="3") as served:
+        async with connection(served, listen=False) as conn:
+            for n in range(3):
+                body = callback_json(f"d-keep-{n}")
+                conn.write(_request_head(len(body), signed(body)) + b"\r\n" + body)
+                head = await asyncio.wait_for(conn.reader.readuntil(b"\r\n\r\n"), 5)
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await conn.reader.readexactly(length)
+                assert (b"connection: close" in head.lower()) == (n == 2)
+            assert await asyncio.wait_for(conn.reader.read(), 5) == b""
+
+
+async def test_unsigned_slow_bodies_cost_no_memory(served: Served) -> None:
+    """1,000 connections each announcing a 1 MiB body with a forged token: each is refused
+    from its headers, and the daemon's memory does not grow with them."""
+
+    async def forger() -> int:
+        async with connection(served) as conn:
+            headers = signed(b"x", key="not-the-signing-key-0123456789abcdef")
+            conn.write(_request_head(2**20 - 1, headers) + b"\r\n" + b"{" * 65536)
+            status, _ = await conn.answer()
+            return status
+
+    with honest_client(served.url), bounded_memory(served):
+        statuses = []
+        for _ in range(4):
+            statuses += await asyncio.wait_for(asyncio.gather(*(forger() for _ in range(250))), 30)
+    assert set(statuses) == {401}

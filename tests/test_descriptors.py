@@ -1,0 +1,89 @@
+"""Descriptors against their limit, in `recoveryd serve` started under `prlimit`."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.processes import Served, environ, free_port, wait_until_healthy
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+
+
+@contextlib.contextmanager
+def serving_limited(tmp_path: Path, soft: int, hard: int, **settings: str) -> Iterator[Served]:
+    """`recoveryd serve` with its descriptors limited to `soft` (raisable to `hard`)."""
+    port, admin_port = free_port(), free_port()
+    ports = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"}
+    log = tmp_path / "serve.log"
+    with log.open("a") as stderr:
+        process = subprocess.Popen(
+            ["prlimit", f"--nofile={soft}:{hard}", sys.executable, "-m", "daemon", "serve"],
+            env=environ(tmp_path, **(ports | settings)),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
+    served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", log)
+    try:
+        wait_until_healthy(served)
+        yield served
+    finally:
+        process.kill()
+        process.wait(30)
+
+
+def _metric(served: Served, name: str) -> float:
+    text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+    line = next(line for line in text.splitlines() if line.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def _eventually(check: Callable[[], bool], within: float = 10) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.1)
+
+
+def test_the_soft_limit_is_raised_to_the_hard_one_at_start(tmp_path: Path) -> None:
+    """Started with 256 of a possible 2048, the daemon runs with 2048, and says so."""
+    with serving_limited(tmp_path, 256, 2048) as served:
+        assert _metric(served, "process_max_fds") == 2048
+        assert _metric(served, "process_open_fds") < 256
+    assert "descriptor limit raised to the hard limit" in served.logs()
+
+
+def test_near_the_limit_a_warning_and_at_it_not_ready(tmp_path: Path) -> None:
+    """Idle connections up to 80 % of the limit bring a warning; near the limit /readyz
+    answers 503 naming descriptors; once they close, ready again."""
+    limit = 200
+    settings = {"HEADER_TIMEOUT": "2m", "MAX_CONNECTIONS": "1000", "LOG_FORMAT": "json"}
+    with serving_limited(tmp_path, limit, limit, **settings) as served:
+        host, port = served.url.removeprefix("http://").rsplit(":", 1)
+        opened: list[socket.socket] = []
+        try:
+            used = _metric(served, "process_open_fds")
+            while used + len(opened) < 0.85 * limit:
+                opened.append(socket.create_connection((host, int(port))))
+            _eventually(lambda: "open descriptors near their limit" in served.logs())
+            assert httpx.get(f"{served.url}/readyz").status_code == 200
+            while used + len(opened) < limit - 8:
+                opened.append(socket.create_connection((host, int(port))))
+            _eventually(lambda: httpx.get(f"{served.url}/readyz").status_code == 503)
+            reasons = httpx.get(f"{served.url}/readyz").json()["reasons"]
+            assert any(reason.startswith("descriptors: ") for reason in reasons), reasons
+            assert _metric(served, "recoveryd_ready") == 0
+        finally:
+            for sock in opened:
+                sock.close()
+        _eventually(lambda: httpx.get(f"{served.url}/readyz").status_code == 200)
+        _eventually(lambda: "open descriptors back under their limit" in served.logs())
