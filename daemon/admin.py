@@ -18,25 +18,59 @@ from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from daemon import __version__
 from daemon.account import RotationRefused, Rotator
+from daemon.admin_schema import (
+    DaemonStatus,
+    DlqRecord,
+    Redriven,
+    Reloaded,
+    ReloadRefused,
+    Rotated,
+    RotationFailed,
+)
 from daemon.metrics import Metrics
 from daemon.redrive import RedriveError, RedriveFieldError, RedriveFilter, redrive
 from daemon.rules import FileError, Unreadable
 from daemon.rules.live import LiveRules
 from daemon.store import Store, StoreUnavailable
 from daemon.upstream import ServiceClient
-from daemon.web import EXCEPTION_HANDLERS
+from daemon.web import (
+    EXCEPTION_HANDLERS,
+    STORE_UNAVAILABLE,
+    Error,
+    error,
+    with_listener_refusals,
+)
 
 log = structlog.get_logger(__name__)
 
 
 # Open without the admin token: probes and Prometheus must not need a secret.
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+# The redrive reads its body by hand (a bad one is a 400 naming its field, not FastAPI's
+# 422), so the body's schema is given here; an empty body is the default filter.
+_REDRIVE_BODY = {
+    "requestBody": {
+        "required": False,
+        "content": {"application/json": {"schema": RedriveFilter.model_json_schema()}},
+    }
+}
+# The redrive's answer leads to the record of the first dlqId it lists (an OpenAPI link:
+# schemathesis' stateful tests follow it).
+_TO_RECORD = {
+    "record": {
+        "operationId": "dlq_record",
+        "parameters": {"dlq_id": "$response.body#/dlqIds/0"},
+        "description": "The record of the first dlqId listed.",
+    }
+}
 
 
 class RequireToken:
@@ -70,6 +104,41 @@ def _require(app: FastAPI, token: str | None) -> None:
         app.add_middleware(RequireToken, token=token)
 
 
+def _document(app: FastAPI, token: str | None) -> None:
+    """FastAPI's document, with what its generator cannot see: the listener's own
+    refusals, and the token, which the middleware asks for rather than the routes."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = generate()
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            schemas.setdefault("Error", Error.model_json_schema())
+            app.openapi_schema = with_listener_refusals(
+                document if token is None else _with_token(document)
+            )
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _with_token(document: dict[str, Any]) -> dict[str, Any]:
+    schemes = document["components"].setdefault("securitySchemes", {})
+    bearer = {"type": "http", "scheme": "bearer", "description": "RECOVERYD_ADMIN_TOKEN"}
+    schemes["adminToken"] = bearer
+    refused = {
+        "description": "No `Authorization: Bearer <RECOVERYD_ADMIN_TOKEN>`, or another token.",
+        "headers": {"WWW-Authenticate": {"schema": {"type": "string", "const": "Bearer"}}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+    for path, operations in document["paths"].items():
+        if path not in OPEN_PATHS:
+            for operation in operations.values():
+                operation["security"] = [{"adminToken": []}]
+                operation["responses"]["401"] = refused
+    return document
+
+
 def admin_app(
     *,
     token: str | None = None,
@@ -90,12 +159,18 @@ def admin_app(
         title="recoveryd admin",
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        version=__version__,
+        openapi_url="/openapi.json",  # behind the token when one is set, as every other path
         exception_handlers=EXCEPTION_HANDLERS,
     )
     _require(app, token)
+    _document(app, token)
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"description": "Prometheus text format (docs/metrics.md)."}},
+    )
     async def prometheus_metrics() -> Response:
         await _read_store_gauges(store, metrics, wall_clock())
         metrics.rate_limit.set(client.limiter.pace or 0)
@@ -104,7 +179,15 @@ def admin_app(
 
     # `:path`: a dlqId may hold a `/` (the service does not forbid it); sent %2F-encoded,
     # it arrives decoded, and a plain parameter would stop at it.
-    @app.get("/api/v1/dlq/{dlq_id:path}")
+    @app.get(
+        "/api/v1/dlq/{dlq_id:path}",
+        operation_id="dlq_record",  # named, for the redrive's link to point at
+        responses={
+            200: {"model": DlqRecord},
+            404: error("No record of this dlqId."),
+            **STORE_UNAVAILABLE,
+        },
+    )
     async def dlq_record(dlq_id: str) -> JSONResponse:
         """One dlqId's record: state, rules, calls and their results, timestamps."""
         found = await store.record(dlq_id)
@@ -112,7 +195,7 @@ def admin_app(
             return JSONResponse({"error": f"no record of dlqId {dlq_id!r}"}, 404)
         return JSONResponse(found)
 
-    @app.get("/api/v1/status")
+    @app.get("/api/v1/status", responses={200: {"model": DaemonStatus}, **STORE_UNAVAILABLE})
     async def daemon_status() -> JSONResponse:
         ruleset = rules.current
         answer: dict[str, Any] = {
@@ -128,13 +211,29 @@ def admin_app(
         }
         return JSONResponse(answer | await _parts(status_parts))
 
-    @app.post("/api/v1/redrive")
+    @app.post(
+        "/api/v1/redrive",
+        responses={
+            200: {"model": Redriven, "links": _TO_RECORD},
+            400: error("The body is not JSON, or not a filter; `field` names what is wrong."),
+            **STORE_UNAVAILABLE,
+        },
+        openapi_extra=_REDRIVE_BODY,
+    )
     async def redrive_dlq_ids(request: Request) -> JSONResponse:
         """Put final dlqIds back into the pipeline (`recoveryd redrive --yes`); the filter
         as JSON: {"states": ["failed"], "rule": "...", "since": "24h", "dryRun": false}."""
         return await _redrive(await request.body(), store, metrics, on_redriven, wall_clock())
 
-    @app.post("/-/reload")
+    @app.post(
+        "/-/reload",
+        responses={
+            200: {"model": Reloaded},
+            400: error(
+                "The rules file is invalid or unreadable; the running rules stay.", ReloadRefused
+            ),
+        },
+    )
     async def reload() -> JSONResponse:
         """Load the rules file again; an invalid one is refused and the running rules stay."""
         try:
@@ -149,7 +248,15 @@ def admin_app(
             {"status": "reloaded", "sha256": ruleset.digest, "rules": len(ruleset.rules)}
         )
 
-    @app.post("/-/rotate-token")
+    @app.post(
+        "/-/rotate-token",
+        responses={
+            200: {"model": Rotated},
+            409: error("The rotation was not started, and why."),
+            502: error("The rotation failed; the old token still works.", RotationFailed),
+            503: error("The rotation ended in a lockout.", RotationFailed),
+        },
+    )
     async def rotate_token() -> JSONResponse:
         """Rotate the account token now (`recoveryd rotate-token` asks a running daemon
         here). The rotation carries on if the caller hangs up."""
@@ -184,7 +291,7 @@ async def _redrive(
 ) -> JSONResponse:
     try:
         selection = RedriveFilter.from_json(json.loads(body) if body.strip() else {})
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than json's recursion allows
         return JSONResponse({"error": "the body is not JSON"}, 400)
     except RedriveFieldError as exc:
         return JSONResponse({"error": exc.message, "field": exc.field}, 400)

@@ -31,6 +31,8 @@ from daemon.metrics import Metrics
 from daemon.notify.notifier import Notifier
 from daemon.pipeline import Pipeline, Tuning
 from daemon.pipeline.calls import observer
+from daemon.public_api import document as public_openapi
+from daemon.public_api import openapi_route
 from daemon.retention import Retention
 from daemon.rules.live import LiveRules
 from daemon.settings import PREFIX, Settings, SettingsError
@@ -166,7 +168,7 @@ async def running(
                 rules=rules,
                 pipeline=pipeline,
                 rotator=rotator,
-                public=public_app(receiver, readiness),
+                public=public_app(receiver, readiness, public_openapi(settings)),
                 admin=admin,
                 public_http=_limited("public", settings.listener_limits, metrics),
                 admin_http=_limited("admin", settings.listener_limits, metrics),
@@ -354,9 +356,11 @@ class Readiness:
         )
 
 
-def public_app(receiver: CallbackReceiver, readiness: Readiness) -> ASGIApp:
+def public_app(
+    receiver: CallbackReceiver, readiness: Readiness, openapi: dict[str, Any]
+) -> ASGIApp:
     """The listener the service calls. `/callbacks` goes straight to the receiver; the
-    probes and every other path go through Starlette's routing."""
+    probes, `openapi` at /openapi.json and every other path go through Starlette's routing."""
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -370,7 +374,7 @@ def public_app(receiver: CallbackReceiver, readiness: Readiness) -> ASGIApp:
         return JSONResponse({"status": "ready"})
 
     probes = Starlette(
-        routes=[Route("/healthz", healthz), Route("/readyz", readyz)],
+        routes=[Route("/healthz", healthz), Route("/readyz", readyz), openapi_route(openapi)],
         exception_handlers=EXCEPTION_HANDLERS,
     )
 

@@ -6,18 +6,39 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any, Literal
 
 import structlog
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from daemon.endpoints.restore import RestoreFailed, restore
 from daemon.metrics import Metrics
 from daemon.store import Store
 from daemon.store.removals import RestoreRefused
 from daemon.upstream import ServiceClient
+from daemon.web import STORE_UNAVAILABLE, error
 
 log = structlog.get_logger(__name__)
+
+
+class Removals(BaseModel):
+    """Every removal recorded, each as docs/api.md describes it."""
+
+    removals: list[dict[str, Any]]
+
+
+class Endpoint(BaseModel):
+    name: str | None = None  # one of the two at least, as the removal recorded them
+    url: str | None = None
+
+
+class Restored(BaseModel):
+    status: Literal["restored"]
+    removal: int
+    urlGroup: str
+    endpoint: Endpoint
 
 
 def removal_routes(
@@ -29,14 +50,23 @@ def removal_routes(
     """The routes, for the admin app to include."""
     routes = APIRouter()
 
-    @routes.get("/api/v1/removals")
+    @routes.get("/api/v1/removals", responses={200: {"model": Removals}, **STORE_UNAVAILABLE})
     async def removals(group: str | None = None) -> JSONResponse:
         """Every removal recorded (of one URL Group with `?group=`), with its evidence."""
         return JSONResponse({"removals": await store.removals(group)})
 
     # `:path`: an endpoint without a name goes by its url, sent %2F-encoded; it arrives
     # decoded, and a plain parameter would stop at its first `/`.
-    @routes.post("/api/v1/removals/{group}/{name:path}/restore")
+    @routes.post(
+        "/api/v1/removals/{group}/{name:path}/restore",
+        responses={
+            200: {"model": Restored},
+            404: error("No removal of this endpoint is recorded."),
+            409: error("The endpoint was restored already."),
+            502: error("The service did not take it; the removal can be restored again."),
+            **STORE_UNAVAILABLE,
+        },
+    )
     async def restore_endpoint(group: str, name: str) -> JSONResponse:
         """Put a removed endpoint back into its group, from the record of its removal. The
         restore carries on if the caller hangs up."""
