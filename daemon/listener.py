@@ -11,9 +11,10 @@ which the ingest path needs) takes none at all:
   never sends a byte stays open forever). Deadlines here, answered 408.
 * concurrent connections: uvicorn's `limit_concurrency` answers 503 only once a request's
   headers have arrived, and keeps the connection. Here a connection over the limit makes
-  room by closing the one that has waited longest without sending a request (an idle
-  keep-alive, or a slowloris), and is refused with 503 only when every connection is busy
-  with a request; requests in flight always finish.
+  room by closing one that is lingering (refused already), else the one that has waited
+  longest without sending a request (an idle keep-alive, or a slowloris), and is refused
+  with 503 only when every connection is busy with a request; requests in flight always
+  finish.
 * requests per connection: uvicorn's `limit_max_requests` stops the whole server. Here
   the last allowed answer says `connection: close`.
 * keep-alive idle time: uvicorn's own `timeout_keep_alive` (left at its 5 s).
@@ -34,7 +35,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Literal, cast
 
 import structlog
 from uvicorn.config import Config
@@ -46,6 +47,8 @@ log = structlog.get_logger(__name__)
 # A lingering close reads and drops what still comes for this long, or this much.
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 1024 * 1024
+# How often a listener's deadlines are checked: how late a refusal may come.
+SWEEP_SECONDS = 0.25
 
 _STATUS_LINES = {
     408: b"HTTP/1.1 408 Request Timeout\r\n",
@@ -96,20 +99,42 @@ def limited_protocol(
             "limits": limits,
             "listener": listener,
             "on_refusal": staticmethod(on_refusal),
-            "waiting": {},
+            "idle": {},
+            "lingering": {},
+            "sweeper": None,
             "throttle": _Throttle(),
         },
     )
     return protocol
 
 
+Deadline = Literal["header", "body", "linger"]
+
+
 class _LimitedHttp(HttpToolsProtocol):
+    """Each connection has at most one deadline at a time, for what the client owes:
+
+    * waiting for a request (from the connection's start or its last answer) until its
+      headers are in: `header`. Expired with no byte of a request sent, the connection is
+      closed without a word (an idle keep-alive, RFC 9112 §9.6); part way, 408.
+    * the active request's body, until it is all in: `body` (408; if the request was
+      already answered, the connection is just closed).
+    * none while the application answers, or while a pipelined request waits its turn
+      (uvicorn has stopped reading then): that time is not the client's.
+    * a lingering close: `linger`.
+
+    Deadlines are times checked by one sweep a listener every SWEEP_SECONDS: cheaper
+    per request than a timer each, and as precise as 10 s and 30 s limits need.
+    """
+
     limits: ClassVar[ListenerLimits]
     listener: ClassVar[str]
     on_refusal: ClassVar[staticmethod[[str], None]]
-    # This listener's connections waiting for a request's headers, longest-waiting first
-    # (a dict keeps insertion order): the first to close when room is needed.
-    waiting: ClassVar[dict[_LimitedHttp, None]]
+    # This listener's connections waiting for a request, longest first (a dict keeps
+    # insertion order), and those closing: when room is needed, the lingering go first.
+    idle: ClassVar[dict[_LimitedHttp, None]]
+    lingering: ClassVar[dict[_LimitedHttp, None]]
+    sweeper: ClassVar[asyncio.TimerHandle | None]
     throttle: ClassVar[_Throttle]
 
     def __init__(
@@ -120,12 +145,15 @@ class _LimitedHttp(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self._deadline: asyncio.TimerHandle | None = None
-        self._in_headers = False  # a request has begun and its headers are not all here
-        self._header_bytes = 0
+        self._deadline: float | None = None  # on the loop's clock
+        self._deadline_kind: Deadline | None = None
+        self._in_headers = False  # a request has begun and its headers are not all in
+        self._began_in_read = False  # ...and it began in the read being parsed
+        self._read_size = 0
+        self._header_bytes = 0  # the request's header bytes from earlier reads
         self._requests = 0
         self._closed_early = False  # refused or lingering: what still arrives is dropped
-        self._lingering = False
+        self._deferred: tuple[int, str, str] | None = None  # a refusal after this answer
         self._dropped = 0
         self._raw: asyncio.Transport | None = None
 
@@ -141,30 +169,34 @@ class _LimitedHttp(HttpToolsProtocol):
         self._await_request()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_deadline()
-        self.waiting.pop(self, None)
+        self._deadline = None
+        self.idle.pop(self, None)
+        self.lingering.pop(self, None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._closed_early:
             self._drop(len(data))
             return
-        # A chunk that starts inside a request's headers is all header until they end;
-        # one that starts a request is checked exactly when its headers are complete.
-        counted = self._in_headers
+        # A read that starts inside a request's headers is all header until they end; the
+        # read a request begins in is measured exactly once its headers are in.
+        continues_headers = self._in_headers
+        self._began_in_read = False
+        self._read_size = len(data)
         super().data_received(data)
-        if counted and self._in_headers and not self._closed_early:
+        if continues_headers and self._in_headers and not self._began_in_read:
             self._header_bytes += len(data)
-            if self._header_bytes > self.limits.max_header_bytes:
+            if self._header_bytes > self.limits.max_header_bytes and not self._closed_early:
                 self._refuse_header_too_large()
 
     def on_response_complete(self) -> None:
-        # A pipelined request starts now (its headers are in), or the next one has begun
-        # and has its deadline: only an empty connection waits for a request.
-        busy = bool(self.pipeline) or self._in_headers
         super().on_response_complete()
-        if not busy and not self.transport.is_closing():
-            self._await_request()
+        if self._deferred is not None and not self.pipeline and self not in self.lingering:
+            status, reason, message = self._deferred
+            self._deferred = None
+            self._refuse(status, reason, message)
+            return
+        self._next_deadline()
 
     # The parser's callbacks; once refused, the rest of the read is ignored.
 
@@ -172,33 +204,25 @@ class _LimitedHttp(HttpToolsProtocol):
         if self._closed_early:
             return
         super().on_message_begin()
-        self._in_headers = True
+        self._in_headers = self._began_in_read = True
         self._header_bytes = 0
-        if self._deadline is None:  # a pipelined request: its headers get a deadline too
-            self._arm(self.limits.header_timeout, self._header_timeout)
-
-    def on_url(self, url: bytes) -> None:
-        if not self._closed_early:
-            super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if not self._closed_early:
-            super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         if self._closed_early:
             return
         self._in_headers = False
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-        if size > self.limits.max_header_bytes:
-            self._refuse_header_too_large()
-            return
-        self.waiting.pop(self, None)
-        self._arm(self.limits.body_timeout, self._body_timeout)
+        # Only a read over the limit can hold headers over it: most requests skip the sum.
+        if self._header_bytes + self._read_size > self.limits.max_header_bytes:
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > self.limits.max_header_bytes:
+                self._refuse_header_too_large()
+                return
+        self.idle.pop(self, None)
         self._requests += 1
         super().on_headers_complete()
         if self._requests >= self.limits.max_requests_per_connection and self.cycle is not None:
             self.cycle.keep_alive = False  # uvicorn says `connection: close` and closes
+        self._next_deadline()
 
     def on_body(self, body: bytes) -> None:
         if not self._closed_early:
@@ -207,43 +231,92 @@ class _LimitedHttp(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         if self._closed_early:
             return
-        self._cancel_deadline()
         super().on_message_complete()
+        self._next_deadline()
 
-    # The limits.
+    # Deadlines.
+
+    def _next_deadline(self) -> None:
+        """Set the deadline the connection's state calls for (see the class's docstring)."""
+        if self._closed_early:
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle.more_body and not self.pipeline:
+            if self._deadline_kind != "body":
+                self._set_deadline(self.limits.body_timeout, "body")
+        elif self.pipeline or (cycle is not None and not cycle.response_complete):
+            self._deadline = self._deadline_kind = None
+        elif self._in_headers:
+            if self._deadline_kind != "header":
+                self._set_deadline(self.limits.header_timeout, "header")
+        else:
+            self._await_request()
 
     def _await_request(self) -> None:
-        """Ready for a request: its headers must arrive within the header deadline."""
-        self.waiting[self] = None
-        self._arm(self.limits.header_timeout, self._header_timeout)
+        """Nothing owed either way: waiting for a request, and first to go for room."""
+        self.idle[self] = None
+        self._set_deadline(self.limits.header_timeout, "header")
+
+    def _set_deadline(self, seconds: float, kind: Deadline) -> None:
+        self._deadline = self.loop.time() + seconds
+        self._deadline_kind = kind
+        cls = type(self)
+        if cls.sweeper is None:
+            cls.sweeper = self.loop.call_later(
+                SWEEP_SECONDS, cls._sweep, self.loop, self.connections
+            )
+
+    @classmethod
+    def _sweep(cls, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+        now = loop.time()
+        for connection in list(connections):
+            if connection._deadline is not None and connection._deadline <= now:
+                connection._expire()
+        cls.sweeper = (
+            loop.call_later(SWEEP_SECONDS, cls._sweep, loop, connections) if connections else None
+        )
+
+    def _expire(self) -> None:
+        kind, self._deadline, self._deadline_kind = self._deadline_kind, None, None
+        if kind == "linger":
+            self._close_now()
+        elif kind == "body" and self.cycle is not None and self.cycle.response_started:
+            self._close_quietly("body_timeout")  # answered already: no second answer
+        elif kind == "body":
+            seconds = self.limits.body_timeout
+            self._refuse(408, "body_timeout", f"the request's body took over {seconds:g} s")
+        elif self._in_headers:
+            seconds = self.limits.header_timeout
+            self._refuse(408, "header_timeout", f"the request's headers took over {seconds:g} s")
+        else:
+            self._close_quietly("idle_timeout")
+
+    # Refusals and closing.
 
     def _make_room(self) -> bool:
-        """Close the connection that has waited longest without a request; False if every
-        other connection is busy with one."""
-        for other in self.waiting:
-            if other is not self:
-                other._close_quietly("evicted")
-                return True
+        """Close a lingering connection, else the one that has waited longest for a
+        request; False if every other connection has a request in flight."""
+        for waiting in (self.lingering, self.idle):
+            for other in waiting:
+                if other is not self:
+                    other._close_quietly("evicted")
+                    return True
         return False
-
-    def _header_timeout(self) -> None:
-        self._deadline = None
-        seconds = self.limits.header_timeout
-        self._refuse(408, "header_timeout", f"the request's headers took over {seconds:g} s")
-
-    def _body_timeout(self) -> None:
-        self._deadline = None
-        seconds = self.limits.body_timeout
-        self._refuse(408, "body_timeout", f"the request's body took over {seconds:g} s")
 
     def _refuse_header_too_large(self) -> None:
         limit = self.limits.max_header_bytes
-        self._refuse(431, "header_too_large", f"the request's headers are over {limit} bytes")
+        message = f"the request's headers are over {limit} bytes"
+        if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+            # An earlier request is still being answered: the refusal follows its answer.
+            self._deferred = (431, "header_too_large", message)
+            self._closed_early = True
+            self._deadline = self._deadline_kind = None
+            return
+        self._refuse(431, "header_too_large", message)
 
     def _refuse(self, status: int, reason: str, message: str) -> None:
-        """Answer `status` (unless an answer has begun), close, count and log it."""
-        answering = self._stop_request()
-        if answering and not self.transport.is_closing():
+        """Answer `status` (unless an answer has begun), close lingering, count, log."""
+        if self._stop_request() and not self.transport.is_closing():
             body = json.dumps({"error": message}).encode()
             self.transport.write(
                 _STATUS_LINES[status]
@@ -251,49 +324,66 @@ class _LimitedHttp(HttpToolsProtocol):
                 + b"connection: close\r\n\r\n"
                 + body
             )
-        self.transport.close()
+        self._linger()
         self._report(reason, status)
 
     def _close_quietly(self, reason: str) -> None:
-        """Close a connection with no request in flight: HTTP lets a server close an idle
-        connection without a word (RFC 9112 §9.6), and clients retry on a new one. At
-        once, with no lingering: the point is to free its place."""
+        """Close at once, without an answer: a connection with no request in flight (HTTP
+        lets a server close an idle one, and clients retry on a new one), or one that was
+        answered already. At once, with no lingering: the point is to free its place."""
         self._stop_request()
-        if self._raw is not None:
-            self._raw.close()
+        self._close_now()
         self._report(reason, None)
-
-    def _drop(self, size: int) -> None:
-        self._dropped += size
-        if self._lingering and self._dropped > LINGER_BYTES and self._raw is not None:
-            self._raw.close()  # not reading its answer: no more waiting for it
-
-    def _close(self) -> None:
-        """Close, lingering when the client may still be sending this request."""
-        raw = self._raw
-        if raw is None or raw.is_closing() or (self._closed_early and self._lingering):
-            return
-        unread = self._in_headers or (self.cycle is not None and self.cycle.more_body)
-        if not unread or not raw.can_write_eof():
-            raw.close()
-            return
-        self._closed_early = self._lingering = True
-        self._cancel_deadline()
-        raw.write_eof()
-        self.loop.call_later(LINGER_SECONDS, raw.close)
 
     def _stop_request(self) -> bool:
         """Stop reading; a request in flight hears that its client is gone. True when an
         answer can still be written."""
         self._closed_early = True
-        self._cancel_deadline()
-        self.waiting.pop(self, None)
+        self._deadline = self._deadline_kind = None
+        self.idle.pop(self, None)
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
             return True
         cycle.disconnected = True
         cycle.message_event.set()
         return not cycle.response_started
+
+    def _close(self) -> None:
+        """uvicorn's close: lingering when the client may still be sending this request."""
+        if self._raw is None or self._raw.is_closing() or self in self.lingering:
+            return
+        unread = self._in_headers or (self.cycle is not None and self.cycle.more_body)
+        if unread:
+            self._linger()
+        else:
+            self._close_now()
+
+    def _linger(self) -> None:
+        """Shut our side, then read and drop what still comes for up to LINGER_SECONDS or
+        LINGER_BYTES, so that a client still sending reads its answer, not a reset."""
+        raw = self._raw
+        if raw is None or raw.is_closing() or self in self.lingering:
+            return
+        if not raw.can_write_eof():
+            raw.close()
+            return
+        self._closed_early = True
+        self.idle.pop(self, None)
+        self.lingering[self] = None
+        raw.write_eof()
+        self.flow.resume_reading()  # uvicorn pauses reading under a large body
+        self._set_deadline(LINGER_SECONDS, "linger")
+
+    def _close_now(self) -> None:
+        self._closed_early = True
+        self._deadline = self._deadline_kind = None
+        if self._raw is not None:
+            self._raw.close()
+
+    def _drop(self, size: int) -> None:
+        self._dropped += size
+        if self._dropped > LINGER_BYTES and self in self.lingering:
+            self._close_now()  # not reading its answer: no more waiting for it
 
     def _report(self, reason: str, status: int | None) -> None:
         self.on_refusal(reason)
@@ -307,15 +397,6 @@ class _LimitedHttp(HttpToolsProtocol):
                 client=self.client[0] if self.client else None,
                 not_logged_since_last=held_back,
             )
-
-    def _arm(self, seconds: float, handler: Callable[[], None]) -> None:
-        self._cancel_deadline()
-        self._deadline = self.loop.call_later(seconds, handler)
-
-    def _cancel_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
 
 
 class _Lingering:

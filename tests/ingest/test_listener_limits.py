@@ -336,3 +336,82 @@ async def test_unsigned_slow_bodies_cost_no_memory(served: Served) -> None:
         for _ in range(4):
             statuses += await asyncio.wait_for(asyncio.gather(*(forger() for _ in range(250))), 30)
     assert set(statuses) == {401}
+
+
+def _callback_request(dlq_id: str, padding: int = 0) -> bytes:
+    body = callback_json(dlq_id, **({"padding": "p" * padding} if padding else {}))
+    return _request_head(len(body), signed(body)) + b"\r\n" + body
+
+
+async def _answers(conn: Connection, count: int) -> list[bytes]:
+    """The heads of the next `count` answers on a keep-alive connection."""
+    heads = []
+    for _ in range(count):
+        head = await asyncio.wait_for(conn.reader.readuntil(b"\r\n\r\n"), 5)
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await conn.reader.readexactly(length)
+        heads.append(head)
+    return heads
+
+
+async def test_pipelined_callbacks_with_large_bodies_are_all_answered(served: Served) -> None:
+    """Three callbacks of 20 KB sent in one write: each body is its own request's, not
+    counted against the next one's headers."""
+    async with connection(served, listen=False) as conn:
+        conn.write(b"".join(_callback_request(f"d-pipe-{n}", 20_000) for n in range(3)))
+        heads = await _answers(conn, 3)
+    assert [head.split(b" ", 2)[1] for head in heads] == [b"200"] * 3
+
+
+async def test_a_refusal_of_a_pipelined_request_follows_the_answer_before_it(
+    served: Served,
+) -> None:
+    """A callback, then a request with headers over the limit, in one write: the callback
+    is answered 200, then the 431 comes, and the connection closes."""
+    async with connection(served, listen=False) as conn:
+        too_large = _request_head(0, {"X-Padding": "a" * 20_000}) + b"\r\n"
+        conn.write(_callback_request("d-before") + too_large)
+        (first,) = await _answers(conn, 1)
+        rest = await asyncio.wait_for(conn.reader.read(), 5)
+    assert first.startswith(b"HTTP/1.1 200")
+    assert rest.startswith(b"HTTP/1.1 431")
+
+
+async def test_an_idle_keep_alive_connection_is_closed_without_an_answer(
+    served: Served,
+) -> None:
+    """Past the header deadline with no byte of a new request, the connection is closed
+    silently: a 408 there would be read as the answer to the client's next request."""
+    async with connection(served, listen=False) as conn:
+        conn.write(_callback_request("d-idle"))
+        await _answers(conn, 1)
+        assert await asyncio.wait_for(conn.reader.read(), 5) == b""
+
+
+async def test_an_answer_before_the_body_is_followed_by_nothing_else(served: Served) -> None:
+    """A PUT answered 405 before its body arrived: the rest of the body is read and
+    dropped, and no second answer (a 408) follows on the connection."""
+    async with connection(served) as conn:
+        conn.write(b"PUT /callbacks HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+        await asyncio.sleep(1.5)
+        with contextlib.suppress(ConnectionError):
+            conn.write(b"defghij")
+        status, answer = await conn.answer()
+    assert status == 405
+    assert answer.count(b"HTTP/1.1") == 1
+
+
+async def test_lingering_refusals_make_room_for_honest_callers(tmp_path: Path) -> None:
+    """Connections refused from their headers and lingering are the first to go when the
+    listener is full: they cannot be used to shut honest callers out."""
+    with serving(tmp_path, **(LIMITS | {"MAX_CONNECTIONS": "20"})) as served:
+        forged = signed(b"x", key="not-the-signing-key-0123456789abcdef")
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(20):
+                conn = await stack.enter_async_context(connection(served))
+                conn.write(_request_head(2**20, forged) + b"\r\n" + b"{" * 100_000)
+                assert (await conn.answer(within=5))[0] == 401
+            body = callback_json("d-honest")
+            async with httpx.AsyncClient(base_url=served.url) as client:
+                response = await client.post("/callbacks", content=body, headers=signed(body))
+        assert response.status_code == 200
