@@ -1,8 +1,8 @@
 """The public listener against hostile clients, over real sockets to `recoveryd serve`.
 
-Each test attacks the listener one way while an honest client on its own thread keeps
-sending signed callbacks: every one of those must be answered 200 within a second, and
-the daemon's resident memory must stay under a stated bound.
+Each attack test runs while an honest client on its own thread keeps sending signed
+callbacks: every one of those must be answered 200 within a second, and the daemon's
+resident memory must grow by less than RSS_GROWTH_BOUND.
 """
 
 from __future__ import annotations
@@ -210,13 +210,19 @@ async def test_a_100_mb_header_is_cut_off_early_and_honest_callbacks_flow(
 
 
 async def test_a_body_over_the_limit_is_refused_before_it_is_sent(served: Served) -> None:
-    """Content-Length over RECOVERYD_MAX_BODY_BYTES: 413 before a byte of the body."""
+    """Content-Length over RECOVERYD_MAX_BODY_BYTES: 413 before a byte of the body, for
+    each of 200 signed requests at once, while honest callbacks flow."""
     body = callback_json("d-big")
-    async with connection(served) as conn:
-        conn.write(_request_head(10 * 2**20, signed(body)) + b"\r\n")
-        status, answer = await conn.answer()
-    assert status == 413
-    assert b"connection: close" in answer.lower()
+
+    async def oversized() -> tuple[int, bytes]:
+        async with connection(served) as conn:
+            conn.write(_request_head(10 * 2**20, signed(body)) + b"\r\n")
+            return await conn.answer()
+
+    with honest_client(served.url), bounded_memory(served):
+        answers = await asyncio.wait_for(asyncio.gather(*(oversized() for _ in range(200))), 20)
+    assert {status for status, _ in answers} == {413}
+    assert all(b"connection: close" in answer.lower() for _, answer in answers)
 
 
 async def test_a_bad_signature_is_refused_before_the_body_is_read(served: Served) -> None:
@@ -255,16 +261,23 @@ async def test_a_signed_token_over_another_body_is_refused_once_the_body_is_read
 
 
 async def test_a_slow_body_is_answered_408_and_closed(served: Served) -> None:
-    """A signed callback whose body trickles in past RECOVERYD_BODY_TIMEOUT: 408."""
+    """Signed callbacks whose bodies trickle in past RECOVERYD_BODY_TIMEOUT: 408 for each
+    of 100 at once, while honest callbacks flow."""
     body = callback_json("d-slow")
-    async with connection(served) as conn:
-        conn.write(_request_head(len(body), signed(body)) + b"\r\n")
-        started = time.monotonic()
-        await trickle(conn, body, pause=0.1)
-        status, answer = await conn.answer()
-    assert status == 408
-    assert time.monotonic() - started < 3
-    assert b"connection: close" in answer.lower()
+
+    async def slow() -> tuple[int, bytes, float]:
+        async with connection(served) as conn:
+            conn.write(_request_head(len(body), signed(body)) + b"\r\n")
+            started = time.monotonic()
+            await trickle(conn, body, pause=0.1)
+            status, answer = await conn.answer()
+            return status, answer, time.monotonic() - started
+
+    with honest_client(served.url), bounded_memory(served):
+        answers = await asyncio.wait_for(asyncio.gather(*(slow() for _ in range(100))), 20)
+    assert {status for status, _, _ in answers} == {408}
+    assert max(seconds for _, _, seconds in answers) < 3
+    assert all(b"connection: close" in answer.lower() for _, answer, _ in answers)
     assert "body_timeout" in served.logs()
 
 
