@@ -115,10 +115,12 @@ def recoveryd_server(
     service_url: str = "http://service.invalid",
     rules: Path = Path(__file__).parent.parent / "rules.yaml",
     token: str = "tok_bench",
+    more_settings: Mapping[str, str] | None = None,
 ) -> Iterator[Server]:
     """`recoveryd serve` as shipped on a SQLite store at `store`, checking signatures with
-    `signing_key`. By default nothing answers at `service_url`: each accepted callback's
-    fetch fails and backs off in the background, off the ingest path that is measured."""
+    `signing_key`, plus `more_settings` (RECOVERYD_* variables). By default nothing
+    answers at `service_url`: each accepted callback's fetch fails and backs off in the
+    background, off the ingest path that is measured."""
     port, admin_port = free_port(), free_port()
     settings = {
         "RECOVERYD_SERVICE_URL": service_url,
@@ -129,7 +131,7 @@ def recoveryd_server(
         "RECOVERYD_ADMIN_LISTEN": f"{HOST}:{admin_port}",
         "RECOVERYD_STORE": f"sqlite:///{store}",
         "RECOVERYD_LOG_FORMAT": "json",
-    }
+    } | dict(more_settings or {})
     command = [sys.executable, "-m", "daemon", "serve"]
     with _running(
         "recoveryd serve", command, port, workdir, "/readyz", settings, admin_port

@@ -1,0 +1,29 @@
+"""`python -m bench.soak`, as CI runs it: a short soak runs to its end and reports a line
+per window and a verdict per target (its figures are for a reader, not checked here)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)  # about 55 s alone; startup and settling stretch on a busy machine
+def test_a_short_soak_reports_each_window_and_every_target() -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
+    command = [sys.executable, "-m", "bench.soak", "--duration", "40s", "--window", "10s"]
+    done = subprocess.run(
+        command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=220
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    windows = re.findall(r"^ +(\d+) +0:(\d\d) ", done.stdout, re.MULTILINE)
+    assert windows == [("1", "10"), ("2", "20"), ("3", "30"), ("4", "40")], done.stdout
+    verdicts = re.findall(r"^(met|missed|not judged) +(\w+)", done.stdout, re.MULTILINE)
+    assert [name for _, name in verdicts] == ["every", "RSS", "descriptors", "store"], done.stdout
