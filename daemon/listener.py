@@ -20,7 +20,7 @@ which the ingest path needs) takes none at all:
 * keep-alive idle time: uvicorn's own `timeout_keep_alive` (left at its 5 s).
 * lingering close: a connection closed with its request still arriving (a refusal, an
   early 401 or 413) sends its answer, shuts its side, and reads and drops what still
-  comes for up to two seconds, as nginx's `lingering_close` does: closed at once, the
+  comes for up to two seconds (or 8 MiB), as nginx's `lingering_close` does: closed at once, the
   kernel would reset the connection and the client might never see the answer.
 
 Every refusal is counted (`recoveryd_listener_refusals_total`) and logged, at most one
@@ -46,7 +46,7 @@ log = structlog.get_logger(__name__)
 
 # A lingering close reads and drops what still comes for this long, or this much.
 LINGER_SECONDS = 2.0
-LINGER_BYTES = 1024 * 1024
+LINGER_BYTES = 8 * 1024 * 1024  # a body a client wrote whole before reading
 # How often a listener's deadlines are checked: how late a refusal may come.
 SWEEP_SECONDS = 0.25
 
