@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -94,6 +95,17 @@ def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
+
+
+def stop(process: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def wait_until_healthy(served: Served) -> None:

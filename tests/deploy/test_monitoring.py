@@ -24,7 +24,7 @@ from daemon.metrics import Metrics
 from daemon.serving import serve_in_thread
 from tests.account.support import rotation_settings, send_callbacks, status
 from tests.pipeline.support import FINAL, RESUME_ALL
-from tests.processes import Served, free_port, serving
+from tests.processes import Served, free_port, serving, stop
 from tests.support import callback_json, emulator_config, workflows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,16 +199,6 @@ def ready(process: subprocess.Popen[bytes], api: httpx.Client) -> bool:
                 return True
         time.sleep(0.1)
     return False
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 def query(api: httpx.Client, expr: str) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from tests.network.support import (
     probe_kernel,
 )
 from tests.pipeline.support import BULK_PATHS, FINAL, RESUME_ALL, sent_per_dlq_id
+from tests.processes import stop
 from tests.support import workflows
 
 CALLBACKS = 300
@@ -82,12 +83,7 @@ def node(namespace: str, log: Path, *args: str) -> Iterator[Node]:
     try:
         yield Node(process, log)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process)
 
 
 @dataclass
