@@ -244,13 +244,17 @@ class _LimitedHttp(HttpToolsProtocol):
         if cycle is not None and cycle.more_body and not self.pipeline:
             if self._deadline_kind != "body":
                 self._set_deadline(self.limits.body_timeout, "body")
-        elif self.pipeline or (cycle is not None and not cycle.response_complete):
+        elif self._answering():
             self._deadline = self._deadline_kind = None
         elif self._in_headers:
             if self._deadline_kind != "header":
                 self._set_deadline(self.limits.header_timeout, "header")
         else:
             self._await_request()
+
+    def _answering(self) -> bool:
+        """An earlier request is still being answered, or waits its turn to be."""
+        return bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
 
     def _await_request(self) -> None:
         """Nothing owed either way: waiting for a request, and first to go for room."""
@@ -306,7 +310,7 @@ class _LimitedHttp(HttpToolsProtocol):
     def _refuse_header_too_large(self) -> None:
         limit = self.limits.max_header_bytes
         message = f"the request's headers are over {limit} bytes"
-        if self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+        if self._answering():
             # An earlier request is still being answered: the refusal follows its answer.
             self._deferred = (431, "header_too_large", message)
             self._closed_early = True

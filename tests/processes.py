@@ -55,11 +55,12 @@ def environ(tmp_path: Path, **settings: str) -> dict[str, str]:
     return inherited | daemon_env(tmp_path, **settings)
 
 
-def run(environ: dict[str, str], log: Path) -> subprocess.Popen[str]:
-    """`recoveryd serve`, its stderr appended to `log`."""
+def run(environ: dict[str, str], log: Path, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    """`recoveryd serve`, its stderr appended to `log`; `prefix` runs it under a wrapper
+    (`prlimit --nofile=...`)."""
     with log.open("a") as stderr:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "daemon", "serve"],
+            [*prefix, sys.executable, "-m", "daemon", "serve"],
             env=environ,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -68,7 +69,7 @@ def run(environ: dict[str, str], log: Path) -> subprocess.Popen[str]:
 
 
 @contextlib.contextmanager
-def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
+def serving(tmp_path: Path, *, prefix: tuple[str, ...] = (), **settings: str) -> Iterator[Served]:
     """`recoveryd serve` on free loopback ports, once /healthz answers; killed at the end.
     A port found free can be taken by another process before serve binds it: then serve
     is started again on other ports (unless the test chose them)."""
@@ -76,7 +77,7 @@ def serving(tmp_path: Path, **settings: str) -> Iterator[Served]:
         port, admin_port = free_port(), free_port()
         ports = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"}
         log = tmp_path / f"serve-{port}.log"
-        process = run(environ(tmp_path, **(ports | settings)), log)
+        process = run(environ(tmp_path, **(ports | settings)), log, prefix)
         served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", log)
         try:
             wait_until_healthy(served)

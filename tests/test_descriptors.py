@@ -4,41 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.processes import Served, environ, free_port, wait_until_healthy
+from tests.processes import Served, serving
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 
 
-@contextlib.contextmanager
-def serving_limited(tmp_path: Path, soft: int, hard: int, **settings: str) -> Iterator[Served]:
+def serving_limited(
+    tmp_path: Path, soft: int, hard: int, **settings: str
+) -> contextlib.AbstractContextManager[Served]:
     """`recoveryd serve` with its descriptors limited to `soft` (raisable to `hard`)."""
-    port, admin_port = free_port(), free_port()
-    ports = {"LISTEN": f"127.0.0.1:{port}", "ADMIN_LISTEN": f"127.0.0.1:{admin_port}"}
-    log = tmp_path / "serve.log"
-    with log.open("a") as stderr:
-        process = subprocess.Popen(
-            ["prlimit", f"--nofile={soft}:{hard}", sys.executable, "-m", "daemon", "serve"],
-            env=environ(tmp_path, **(ports | settings)),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            text=True,
-        )
-    served = Served(process, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", log)
-    try:
-        wait_until_healthy(served)
-        yield served
-    finally:
-        process.kill()
-        process.wait(30)
+    return serving(tmp_path, prefix=("prlimit", f"--nofile={soft}:{hard}"), **settings)
 
 
 def _metric(served: Served, name: str) -> float:
