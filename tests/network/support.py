@@ -352,22 +352,19 @@ IMPAIRMENTS: dict[str, Impairment] = {
     "resets": Impairment(
         ("nft",),
         lambda pair: _nft(pair, *NFT_RESETS),
-        "the rules reset connections, some of the daemon's calls got no answer, and the "
-        "answers to some bulk calls the service carried out were lost",
-        lambda seen: (
-            seen.link.rule_hits > 0 and seen.upstream_unanswered > 0 and seen.lost_answers > 0
-        ),
+        "the rules reset connections and some of the daemon's calls got no answer",
+        lambda seen: seen.link.rule_hits > 0 and seen.upstream_unanswered > 0,
     ),
     "partition": Impairment(
         (),
         _flapping,
-        "the link was cut, the daemon's calls went unanswered, callbacks failed, and the "
-        "answers to some bulk calls the service carried out were lost",
+        # Lost bulk answers need a cut to land while a bulk call is held: likely (15-36
+        # a run), not certain, so they are reported but not required.
+        "the link was cut, the daemon's calls went unanswered and callbacks failed",
         lambda seen: (
             seen.link.carrier_downs >= 2
             and seen.upstream_unanswered > 0
             and seen.callback_failures > 0
-            and seen.lost_answers > 0
         ),
     ),
     "rate-limit": Impairment(
