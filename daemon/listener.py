@@ -17,7 +17,10 @@ which the ingest path needs) takes none at all:
   finish.
 * requests per connection: uvicorn's `limit_max_requests` stops the whole server. Here
   the last allowed answer says `connection: close`.
-* keep-alive idle time: uvicorn's own `timeout_keep_alive` (left at its 5 s).
+* keep-alive idle time: uvicorn's own `timeout_keep_alive`, set from the limits. Its 5 s
+  default is shorter than its clients' (httpx keeps an idle connection 5 s, Go's
+  net/http 90 s, nginx and cloud load balancers 60 s): a server that closes first races
+  the request a client sends on the connection as it closes, and that request fails.
 * lingering close: a connection closed with its request still arriving (a refusal, an
   early 401 or 413) sends its answer, shuts its side, and reads and drops what still
   comes for up to two seconds (or 8 MiB), as nginx's `lingering_close` does: closed at once, the
@@ -63,6 +66,7 @@ class ListenerLimits:
 
     max_header_bytes: int = 16 * 1024
     header_timeout: float = 10.0
+    keepalive_timeout: float = 120.0
     body_timeout: float = 30.0
     max_connections: int = 1024
     max_requests_per_connection: int = 1000
@@ -114,9 +118,12 @@ Deadline = Literal["header", "body", "linger"]
 class _LimitedHttp(HttpToolsProtocol):
     """Each connection has at most one deadline at a time, for what the client owes:
 
-    * waiting for a request (from the connection's start or its last answer) until its
-      headers are in: `header`. Expired with no byte of a request sent, the connection is
-      closed without a word (an idle keep-alive, RFC 9112 §9.6); part way, 408.
+    * a new connection's first request, from the connection's start until its headers
+      are in: `header`. Expired with no byte sent, the connection is closed without a
+      word; part way, 408.
+    * a kept-alive connection's next request, from its first byte until its headers are
+      in: `header`, 408. Until that byte, only uvicorn's keep-alive timer runs, and
+      closes the connection without a word (RFC 9112 §9.6).
     * the active request's body, until it is all in: `body` (408; if the request was
       already answered, the connection is just closed).
     * none while the application answers, or while a pipelined request waits its turn
@@ -145,6 +152,7 @@ class _LimitedHttp(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
+        self.timeout_keep_alive = self.limits.keepalive_timeout
         self._deadline: float | None = None  # on the loop's clock
         self._deadline_kind: Deadline | None = None
         self._in_headers = False  # a request has begun and its headers are not all in
@@ -206,6 +214,7 @@ class _LimitedHttp(HttpToolsProtocol):
         super().on_message_begin()
         self._in_headers = self._began_in_read = True
         self._header_bytes = 0
+        self._next_deadline()
 
     def on_headers_complete(self) -> None:
         if self._closed_early:
@@ -259,7 +268,10 @@ class _LimitedHttp(HttpToolsProtocol):
     def _await_request(self) -> None:
         """Nothing owed either way: waiting for a request, and first to go for room."""
         self.idle[self] = None
-        self._set_deadline(self.limits.header_timeout, "header")
+        if self._requests:
+            self._deadline = self._deadline_kind = None  # kept alive: uvicorn's timer
+        else:
+            self._set_deadline(self.limits.header_timeout, "header")
 
     def _set_deadline(self, seconds: float, kind: Deadline) -> None:
         self._deadline = self.loop.time() + seconds

@@ -320,8 +320,8 @@ class Metrics:
             "recoveryd_listener_refusals",
             "Connections a listener refused or closed to stay within its limits, by reason: "
             "header_too_large (431), header_timeout and body_timeout (408), over_connections "
-            "(503), evicted (closed to make room for a new one), idle_timeout (no request "
-            "within the header deadline: closed without an answer).",
+            "(503), evicted (closed to make room for a new one), idle_timeout (a new "
+            "connection that sent no byte within the header deadline: closed without an answer).",
             ["listener", "reason"],
             registry=registry,
         )

@@ -128,6 +128,7 @@ class Settings(BaseModel):
     # What one connection to a listener may take (daemon/listener.py, docs/settings.md).
     MAX_HEADER_BYTES: int = Field(default=16 * 1024, ge=1024)
     HEADER_TIMEOUT: Duration = 10.0
+    KEEPALIVE_TIMEOUT: Duration = 120.0
     BODY_TIMEOUT: Duration = 30.0
     MAX_CONNECTIONS: int = Field(default=1024, gt=0)
     MAX_REQUESTS_PER_CONNECTION: int = Field(default=1000, gt=0)
@@ -190,6 +191,7 @@ class Settings(BaseModel):
         return ListenerLimits(
             max_header_bytes=self.MAX_HEADER_BYTES,
             header_timeout=self.HEADER_TIMEOUT,
+            keepalive_timeout=self.KEEPALIVE_TIMEOUT,
             body_timeout=self.BODY_TIMEOUT,
             max_connections=self.MAX_CONNECTIONS,
             max_requests_per_connection=self.MAX_REQUESTS_PER_CONNECTION,

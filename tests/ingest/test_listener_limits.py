@@ -24,6 +24,7 @@ from tests.support import callback_json, signed
 # Small limits keep each test short; the defaults are documented in docs/settings.md.
 LIMITS = {
     "HEADER_TIMEOUT": "1s",
+    "KEEPALIVE_TIMEOUT": "1s",
     "BODY_TIMEOUT": "1s",
     "MAX_HEADER_BYTES": "16384",
     "MAX_CONNECTIONS": "400",
@@ -401,6 +402,36 @@ async def test_an_idle_keep_alive_connection_is_closed_without_an_answer(
         conn.write(_callback_request("d-idle"))
         await _answers(conn, 1)
         assert await asyncio.wait_for(conn.reader.read(), 5) == b""
+
+
+async def test_a_kept_alive_connection_outlasts_the_clients_idle_time(tmp_path: Path) -> None:
+    """With the default settings, a connection idle for 6 s after an answer still takes
+    the next request: a server that closes idle connections before its clients do (httpx
+    keeps them 5 s, Go 90 s) races the request a client sends on one as it closes, and
+    that request fails (the soak saw a callback lost to a ReadError that way)."""
+    with serving(tmp_path) as served:
+        async with connection(served, listen=False) as conn:
+            conn.write(_callback_request("d-kept-1"))
+            await _answers(conn, 1)
+            await asyncio.sleep(6)
+            conn.write(_callback_request("d-kept-2"))
+            (second,) = await _answers(conn, 1)
+    assert second.startswith(b"HTTP/1.1 200")
+
+
+async def test_a_slow_request_on_a_kept_alive_connection_meets_the_header_deadline(
+    served: Served,
+) -> None:
+    """The header deadline of a kept-alive connection's next request runs from its first
+    byte: idle first, then slow, it is still answered 408."""
+    async with connection(served, listen=False) as conn:
+        conn.write(_callback_request("d-kept-slow"))
+        await _answers(conn, 1)
+        await asyncio.sleep(0.8)  # idle, within RECOVERYD_KEEPALIVE_TIMEOUT
+        conn.listen()
+        await trickle(conn, _request_head(0, {"X-A": "b" * 100}), pause=0.2)
+        status, _ = await conn.answer()
+    assert status == 408
 
 
 async def test_an_answer_before_the_body_is_followed_by_nothing_else(served: Served) -> None:
