@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,7 +153,8 @@ class _LimitedHttp(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.timeout_keep_alive = self.limits.keepalive_timeout
+        # uvicorn declares whole seconds; a fraction rounds up.
+        self.timeout_keep_alive = math.ceil(self.limits.keepalive_timeout)
         self._deadline: float | None = None  # on the loop's clock
         self._deadline_kind: Deadline | None = None
         self._in_headers = False  # a request has begun and its headers are not all in
