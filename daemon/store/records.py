@@ -13,6 +13,7 @@ follows it, so a crash at any point leaves a state the next start can act on:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -171,3 +172,12 @@ class NotificationJob:
     payload: str
     attempts: int
     queued_at: float
+
+
+def check_final(states: Sequence[str]) -> None:
+    """ValueError unless `states` are final states (at least one)."""
+    others = sorted(set(states) - FINAL)
+    if others or not states:
+        listed = ", ".join(others) or "none"
+        raise ValueError(f"only final states ({', '.join(sorted(FINAL))}) can be redriven, "
+                         f"not {listed}")  # fmt: skip

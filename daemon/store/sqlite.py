@@ -1,10 +1,6 @@
-"""The embedded store: one SQLite file in WAL mode, written with group commit.
-
-Every callback must be on disk before its 2xx leaves, but a disk flush per request
-would cap ingest at the disk's flush rate. So one writer task takes every callback that
-arrived while the previous commit was being flushed and commits them together: under
-load a flush serves many requests, and when idle a request waits for one flush only.
-SQLite calls run on a single dedicated thread, which owns the connection.
+"""The embedded store: one SQLite file in WAL mode, callbacks written with group commit
+(group_commit.py). SQLite calls run on a single dedicated thread, which owns the
+connection.
 
 The store watches its own health (sqlite_health.py) and keeps itself small
 (sqlite_retention.py); the statements of the pipeline are in sqlite_pipeline.py.
@@ -32,6 +28,7 @@ from daemon.store import sqlite_pipeline as pipeline
 from daemon.store import sqlite_retention as retention
 from daemon.store import sqlite_rotations as rotations
 from daemon.store import sqlite_sweeps as sweeps
+from daemon.store.group_commit import GroupCommit
 from daemon.store.records import (
     BatchRecord,
     Claimed,
@@ -42,6 +39,7 @@ from daemon.store.records import (
     Rotation,
     RotationResult,
     Settled,
+    check_final,
 )
 from daemon.store.removals import Removal, RemovalResult
 from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
@@ -94,15 +92,17 @@ class SQLiteStore:
         self._connection = connection
         self._executor = executor
         self._path = path
-        self._observe_commit = observe_commit
-        self._max_pending = max_pending
         self._commit_timeout = commit_timeout
         self._read_timeout = read_timeout
-        self._pending: list[tuple[Callback, asyncio.Future[Added]]] = []
-        self._wakeup = asyncio.Event()
-        self._closing = False
-        self._stalled = False  # a commit has run past commit_timeout and not returned yet
         self._health = health.Health(path)
+        self._callbacks = GroupCommit(
+            self._insert_on_thread,
+            failed=self._commit_failed,
+            committed=self._committed,
+            observe_commit=observe_commit,
+            max_pending=max_pending,
+            commit_timeout=commit_timeout,
+        )
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -152,7 +152,7 @@ class SQLiteStore:
             read_timeout=read_timeout,
         )
         store._health.remember_files()
-        writer = asyncio.create_task(store._write_loop(), name="recoveryd-sqlite-writer")
+        store._callbacks.start()
         watcher = asyncio.create_task(store._watch(health_interval), name="recoveryd-sqlite-health")
         try:
             yield store
@@ -160,31 +160,15 @@ class SQLiteStore:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-            store._closing = True
-            store._wakeup.set()
-            # Commit whatever is still pending, within a deadline: a hung disk must not
-            # hold up the shutdown for ever.
-            done, _ = await asyncio.wait([writer], timeout=2 * commit_timeout)
-            if done:
+            if await store._callbacks.close():
                 await loop.run_in_executor(executor, connection.close)
-            else:
-                log.error("the store's last commit did not finish; stopping without it")
             executor.shutdown(wait=False)
 
     async def add_callback(self, callback: Callback) -> Added:
-        if self._closing:  # also set when the writer has ended, however it ended
-            raise StoreUnavailable("the store is shutting down")
-        if problems := self._health.problems():
+        if not self._callbacks.closing and (problems := self._health.problems()):
             # Refused, not queued: the commit would fail or land in a file that is gone.
             raise StoreUnavailable("; ".join(problems))
-        if len(self._pending) >= self._max_pending:
-            raise StoreUnavailable("the store is behind; try again")
-        if self._stalled:
-            raise StoreUnavailable("the store is not committing; try again")
-        outcome: asyncio.Future[Added] = asyncio.get_running_loop().create_future()
-        self._pending.append((callback, outcome))
-        self._wakeup.set()
-        return await outcome
+        return await self._callbacks.add(callback)
 
     async def get_callback(self, dlq_id: str) -> Callback | None:
         row = await self._run(
@@ -290,7 +274,7 @@ class SQLiteStore:
         now: float,
         apply: bool,
     ) -> list[str]:
-        pipeline.check_final(states)  # ValueError now, not from the store's thread
+        check_final(states)  # ValueError now, not from the store's thread
         work = lambda c: pipeline.redrive(c, states, rule, since, now, apply)  # noqa: E731
         return await (self._write(work) if apply else self._run(work))
 
@@ -538,66 +522,23 @@ class SQLiteStore:
             except Exception as exc:  # the watch must go on, whatever one round hit
                 self._health.failed(exc, what="store health check failed")
 
-    async def _write_loop(self) -> None:
-        # Whatever arrived while a commit was being flushed is the next batch.
-        try:
-            while True:
-                if not self._pending:
-                    if self._closing:
-                        return
-                    await self._wakeup.wait()
-                    self._wakeup.clear()
-                    continue
-                batch, self._pending = self._pending, []
-                await self._commit(batch)
-        finally:  # however the writer ends, nobody may be left waiting on it
-            self._closing = True
-            self._fail(self._pending, StoreUnavailable("the store is shutting down"))
+    async def _insert_on_thread(self, callbacks: list[Callback]) -> list[Added]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._insert, callbacks
+        )
 
-    async def _commit(self, batch: list[tuple[Callback, asyncio.Future[Added]]]) -> None:
-        loop = asyncio.get_running_loop()
-        # One timer per commit, not one per request (that was a tenth of the hot path).
-        timer = loop.call_later(self._commit_timeout, self._stall, batch)
-        try:
-            outcomes = await loop.run_in_executor(
-                self._executor, self._insert, [callback for callback, _ in batch]
-            )
-        except health.FilesMoved as exc:
+    def _commit_failed(self, exc: Exception) -> StoreUnavailable:
+        if isinstance(exc, health.FilesMoved):
             self._health.compare_files(exc.found)  # the problem, said once
-            self._fail(batch, StoreUnavailable("; ".join(self._health.problems())))
-            return
-        except Exception as exc:  # every waiter must hear, whatever went wrong
-            # Logged once a minute at most, or once as a problem: a full disk fails every
-            # commit, and a line each flooded the log.
-            self._health.failed(exc, what="store commit failed")
-            self._fail(batch, StoreUnavailable(f"the store could not commit: {exc}"))
-            return
-        finally:
-            timer.cancel()
-            self._stalled = False
+            return StoreUnavailable("; ".join(self._health.problems()))
+        # Logged once a minute at most, or once as a problem: a full disk fails every
+        # commit, and a line each flooded the log.
+        self._health.failed(exc, what="store commit failed")
+        return StoreUnavailable(f"the store could not commit: {exc}")
+
+    def _committed(self, outcomes: list[Added]) -> None:
         if "accepted" in outcomes:
             self._health.wrote()
-        for (_, waiter), outcome in zip(batch, outcomes, strict=True):
-            if not waiter.done():
-                waiter.set_result(outcome)
-        if self._observe_commit is not None:
-            with contextlib.suppress(Exception):  # a metric must not stop the writer
-                self._observe_commit(len(batch))
-
-    @staticmethod
-    def _fail(waiting: list[tuple[Callback, asyncio.Future[Added]]], error: Exception) -> None:
-        for _, waiter in waiting:
-            if not waiter.done():  # done: its caller already heard (see _stall)
-                waiter.set_exception(error)
-
-    def _stall(self, batch: list[tuple[Callback, asyncio.Future[Added]]]) -> None:
-        """The commit is past commit_timeout (a lock held elsewhere, a stalled disk): tell
-        its callers and those queued behind it, and refuse new callbacks until it returns.
-        Their callbacks are still written if the store recovers, and the service's retry
-        of one then finds a duplicate; if not, the retry stores it. Either way nothing is
-        lost or stored twice."""
-        self._stalled = True
-        self._fail([*batch, *self._pending], StoreUnavailable("the store did not commit in time"))
 
     def _insert(self, callbacks: list[Callback]) -> list[Added]:
         """One transaction for the whole batch (runs on the store's thread).

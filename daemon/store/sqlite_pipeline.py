@@ -15,7 +15,6 @@ from daemon.store import sqlite_endpoints as endpoints
 from daemon.store import sqlite_lineage as lineage
 from daemon.store import sqlite_notify as notify
 from daemon.store.records import (
-    FINAL,
     OVER_BUDGET,
     STATES,
     BatchRecord,
@@ -23,6 +22,7 @@ from daemon.store.records import (
     Outcome,
     Pending,
     Settled,
+    check_final,
 )
 
 # What the pipeline adds to the schema of version 1 (migration 2, see sqlite.MIGRATIONS).
@@ -440,15 +440,6 @@ def status(connection: sqlite3.Connection, now: float) -> dict[str, Any]:
         "pendingBatches": batches,
         "oldestPendingSeconds": max(0.0, now - oldest) if oldest is not None else 0.0,
     }
-
-
-def check_final(states: Sequence[str]) -> None:
-    """ValueError unless `states` are final states (at least one)."""
-    others = sorted(set(states) - FINAL)
-    if others or not states:
-        listed = ", ".join(others) or "none"
-        raise ValueError(f"only final states ({', '.join(sorted(FINAL))}) can be redriven, "
-                         f"not {listed}")  # fmt: skip
 
 
 def redrive(
