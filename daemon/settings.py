@@ -99,6 +99,23 @@ def _split_listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _postgres_url(value: str) -> str:
+    """`value` if libpq would take it (psycopg parses it as libpq does)."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    shown = without_credentials(value)
+    try:
+        parts = conninfo_to_dict(value)
+    except ProgrammingError as exc:
+        said = str(exc).replace(value, shown).splitlines()[0]
+        raise ValueError(f"not a PostgreSQL URL ({said}); got {shown!r}") from None
+    for port in str(parts.get("port", "")).split(","):
+        if port and not port.isdigit():
+            raise ValueError(f"the port must be a number; got {shown!r}")
+    return value
+
+
 class Settings(BaseModel):
     """Everything `recoveryd serve` is configured with; see PRODUCT.md section 3."""
 
@@ -143,7 +160,7 @@ class Settings(BaseModel):
         if value.startswith("sqlite:///") and len(value) > len("sqlite:///"):
             return value
         if value.startswith(("postgresql://", "postgres://")):
-            raise ValueError("the PostgreSQL store is not available yet; use sqlite:///PATH")
+            return _postgres_url(value)
         shown = without_credentials(value)
         raise ValueError(f"must be sqlite:///PATH or postgresql://...; got {shown!r}")
 

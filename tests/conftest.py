@@ -4,7 +4,8 @@ client, and recoveryd on loopback."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 from daemon.emulator import EmulatorConfig, create_app
 from daemon.serving import serve_in_thread
 from daemon.upstream import Credentials, CredentialsHolder, ServiceClient
+from tests import postgres
 from tests.support import (
     FAST_RETRY,
     PASSWORD,
@@ -70,6 +72,25 @@ async def recoveryd(tmp_path: Path) -> AsyncIterator[Recoveryd]:
     """recoveryd with the test settings (tests.support.daemon_env), on loopback sockets."""
     async with running_recoveryd(tmp_path) as daemon:
         yield daemon
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server for this worker's tests (tests/postgres.py): a superuser's URL.
+    Skipped, with the reason, where there is none; in CI (`CI` set) that fails instead."""
+    if reason := postgres.unavailable():
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with postgres.cluster() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """An empty database of this test's own on the server."""
+    with postgres.fresh_database(postgres_server) as url:
+        yield url
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -76,7 +76,8 @@ def test_variables_without_the_prefix_are_ignored() -> None:
         pytest.param({"PUBLIC_URL": "https://"}, "PUBLIC_URL", id="public url without host"),
         pytest.param({"STORE": "mysql://db/recoveryd"}, "STORE", id="store scheme"),
         pytest.param({"STORE": "sqlite:///"}, "STORE", id="sqlite without path"),
-        pytest.param({"STORE": "postgresql://db/recoveryd"}, "STORE", id="postgres not yet"),
+        pytest.param({"STORE": "postgresql://db:pg/recoveryd"}, "STORE", id="postgres port"),
+        pytest.param({"STORE": "postgresql://db/r?nonsense=1"}, "STORE", id="postgres option"),
         pytest.param({"MAX_RPS": "0"}, "MAX_RPS", id="max rps zero"),
         pytest.param({"MAX_RPS": "-5"}, "MAX_RPS", id="max rps negative"),
         pytest.param({"MAX_BODY_BYTES": "0"}, "MAX_BODY_BYTES", id="max body zero"),
@@ -149,6 +150,11 @@ def test_signing_keys_are_current_then_next() -> None:
             {"STORE": "postgresql+psycopg://recoveryd:pg_s3cret_pw@db/recoveryd"},
             "pg_s3cret_pw",
             id="store url password",
+        ),
+        pytest.param(
+            {"STORE": "postgresql://recoveryd:pg_s3cret_pw@[::1/recoveryd"},
+            "pg_s3cret_pw",
+            id="malformed postgres url password",
         ),
     ],
 )

@@ -1,7 +1,7 @@
 """Where callbacks are kept until they are handled: the interface every store implements.
 
-SQLite (`sqlite.py`) is the embedded default; a PostgreSQL store will implement the same
-interface so that several replicas can share one database.
+SQLite (`sqlite.py`) is the embedded default; PostgreSQL (`postgres/`) implements the
+same interface so that several replicas can share one database.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from daemon.store.removals import Removal, RemovalResult
 from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
 
 Added = Literal["accepted", "duplicate"]
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 class StoreUnavailable(Exception):
@@ -336,11 +337,19 @@ async def open_store(
     url: str, *, observe_commit: Callable[[int], None] | None = None, **options: Any
 ) -> AsyncIterator[Store]:
     """The store that `url` (RECOVERYD_STORE) names, open for the duration of the block;
-    `options` are the store's own (see SQLiteStore.open)."""
+    `options` are the store's own (see SQLiteStore.open, PostgresStore.open)."""
+    if url.startswith(POSTGRES_SCHEMES):
+        from daemon.store.postgres import PostgresStore
+
+        # Replicas share the leases: none is released at start (a crashed one's expire).
+        options.pop("release_leases", None)
+        async with PostgresStore.open(url, observe_commit=observe_commit, **options) as pg:
+            yield pg
+        return
     from daemon.store.sqlite import SQLiteStore
 
     if not url.startswith("sqlite:///"):
-        raise ValueError(f"no store for {url!r}; use sqlite:///PATH")
+        raise ValueError(f"no store for {url!r}; use sqlite:///PATH or postgresql://...")
     path = Path(url.removeprefix("sqlite:///"))
     async with SQLiteStore.open(path, observe_commit=observe_commit, **options) as store:
         yield store

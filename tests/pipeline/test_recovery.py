@@ -1,13 +1,25 @@
 """End to end over real sockets: callbacks in, runs resumed and restarted in batches, with
-exactly the rule's override headers, each dlqId sent once; and every other outcome."""
+exactly the rule's override headers, each dlqId sent once; and every other outcome. Each
+test runs on both stores: SQLite, and PostgreSQL (a database of the test's own)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.pipeline.support import dlq_ids_of, harness, sent_per_dlq_id
 from tests.support import workflows
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The settings that put recoveryd on each store (SQLite is the tests' default)."""
+    if request.param == "postgres":
+        return {"STORE": request.getfixturevalue("postgres_url")}
+    return {}
+
 
 RESTART_BILLING = """\
 version: 1
@@ -44,9 +56,9 @@ BILLING_HEADERS = {
 
 
 async def test_runs_are_restarted_in_batches_with_the_rules_headers_each_sent_once(
-    tmp_path: Path,
+    tmp_path: Path, store: dict[str, str]
 ) -> None:
-    async with harness(tmp_path, RESTART_BILLING) as h:
+    async with harness(tmp_path, RESTART_BILLING, **store) as h:
         billing = await h.seed(workflows(45, labels=["billing"]))
         others = await h.seed(workflows(7))
         await h.send_callbacks(billing + others)
@@ -76,8 +88,10 @@ async def test_runs_are_restarted_in_batches_with_the_rules_headers_each_sent_on
             assert by_source[dlq_id]["rawHeaders"] == {}
 
 
-async def test_the_record_shows_the_rule_the_calls_and_the_runs(tmp_path: Path) -> None:
-    async with harness(tmp_path, RESTART_BILLING) as h:
+async def test_the_record_shows_the_rule_the_calls_and_the_runs(
+    tmp_path: Path, store: dict[str, str]
+) -> None:
+    async with harness(tmp_path, RESTART_BILLING, **store) as h:
         [dlq_id] = await h.seed(workflows(1, labels=["billing"]))
         await h.send_callbacks([dlq_id])
         await h.settled(1)
@@ -101,7 +115,9 @@ async def test_the_record_shows_the_rule_the_calls_and_the_runs(tmp_path: Path) 
         assert "never-heard-of" in missing.json()["error"]
 
 
-async def test_different_overrides_never_share_a_call(tmp_path: Path) -> None:
+async def test_different_overrides_never_share_a_call(
+    tmp_path: Path, store: dict[str, str]
+) -> None:
     rules = """\
 version: 1
 rules:
@@ -116,7 +132,7 @@ rules:
     overrides: {retries: 2}
     batch: {maxWait: 100ms}
 """
-    async with harness(tmp_path, rules) as h:
+    async with harness(tmp_path, rules, **store) as h:
         quick = await h.seed(workflows(6, labels=["quick"]))
         patient = await h.seed(workflows(6))
         await h.send_callbacks(
@@ -131,7 +147,9 @@ rules:
         assert all(headers[dlq_id] == {"Service-Retries": "2"} for dlq_id in patient)
 
 
-async def test_every_other_outcome_is_final_and_says_why(tmp_path: Path) -> None:
+async def test_every_other_outcome_is_final_and_says_why(
+    tmp_path: Path, store: dict[str, str]
+) -> None:
     rules = """\
 version: 1
 rules:
@@ -143,7 +161,7 @@ rules:
     action: resume
     batch: {maxWait: 100ms}
 """
-    async with harness(tmp_path, rules) as h:
+    async with harness(tmp_path, rules, **store) as h:
         [canary] = await h.seed(workflows(1, labels=["canary"], responseStatus=503))
         [unmatched] = await h.seed(workflows(1, responseStatus=404))
         [plain] = await h.seed([{"url": "https://app.example.com/hook", "responseStatus": 503}])
@@ -177,8 +195,10 @@ rules:
 """
 
 
-async def test_a_dry_run_rule_records_the_call_and_makes_none(tmp_path: Path) -> None:
-    async with harness(tmp_path, DRY) as h:
+async def test_a_dry_run_rule_records_the_call_and_makes_none(
+    tmp_path: Path, store: dict[str, str]
+) -> None:
+    async with harness(tmp_path, DRY, **store) as h:
         [careful] = await h.seed(workflows(1, labels=["careful"]))
         [other] = await h.seed(workflows(1))
         await h.send_callbacks([careful, other])
@@ -197,8 +217,10 @@ async def test_a_dry_run_rule_records_the_call_and_makes_none(tmp_path: Path) ->
         assert in_dlq == [careful]
 
 
-async def test_recoveryd_dry_run_changes_nothing_at_all(tmp_path: Path) -> None:
-    async with harness(tmp_path, DRY, DRY_RUN="true") as h:
+async def test_recoveryd_dry_run_changes_nothing_at_all(
+    tmp_path: Path, store: dict[str, str]
+) -> None:
+    async with harness(tmp_path, DRY, DRY_RUN="true", **store) as h:
         dlq_ids = await h.seed(workflows(3))
         await h.send_callbacks(dlq_ids)
 
@@ -210,8 +232,10 @@ async def test_recoveryd_dry_run_changes_nothing_at_all(tmp_path: Path) -> None:
         assert methods == Counter({("GET", "dlq"): 3})
 
 
-async def test_metrics_count_decisions_batches_calls_and_states(tmp_path: Path) -> None:
-    async with harness(tmp_path, RESTART_BILLING) as h:
+async def test_metrics_count_decisions_batches_calls_and_states(
+    tmp_path: Path, store: dict[str, str]
+) -> None:
+    async with harness(tmp_path, RESTART_BILLING, **store) as h:
         dlq_ids = await h.seed(workflows(25, labels=["billing"]))
         await h.send_callbacks(dlq_ids)
         await h.settled(25)

@@ -1,14 +1,11 @@
-"""The notifications' outbox in the SQLite store: queued with the decision, once per
+"""The notifications' outbox in the store: queued with the decision, once per
 (dlqId, rule), never pruned while pending, gone with their dlqId."""
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-
+from daemon.store import Store
 from daemon.store.records import Notice, NotificationResult, Outcome
-from daemon.store.sqlite import SQLiteStore
-from tests.store.support import OWNER, received
+from tests.store.support import OWNER, OpenStore, received
 
 NOW = 100_000.0
 DAY = 86_400.0
@@ -18,7 +15,7 @@ def notice(rule: str = "page", receiver: str = "https://hooks.example.com") -> N
     return Notice(rule, f"{receiver}/secret-path", receiver, f"key-{rule}", '{"event":"x"}')
 
 
-async def decided(store: SQLiteStore, dlq_id: str, *notices: Notice, now: float = NOW) -> None:
+async def decided(store: Store, dlq_id: str, *notices: Notice, now: float = NOW) -> None:
     """`dlq_id` received and decided by a notify rule, with `notices` queued."""
     await received(store, dlq_id, at=now)
     [claimed] = await store.claim(OWNER, 1, 60.0, now)
@@ -29,15 +26,14 @@ async def decided(store: SQLiteStore, dlq_id: str, *notices: Notice, now: float 
     await store.settle(OWNER, [outcome], now)
 
 
-def rows(path: Path) -> list[tuple[str, str, str]]:
-    with sqlite3.connect(path) as connection:
-        found = connection.execute("SELECT dlq_id, rule, state FROM notifications ORDER BY id")
-        return [tuple(row) for row in found]
+ROWS = "SELECT dlq_id, rule, state FROM notifications ORDER BY id"
 
 
-async def test_a_decision_queues_its_notifications_in_the_same_commit(tmp_path: Path) -> None:
+async def test_a_decision_queues_its_notifications_in_the_same_commit(
+    open_store: OpenStore,
+) -> None:
     """Settled with two notices: both due at once, each for its own rule."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await decided(store, "d-1", notice("page"), notice("audit", "https://audit.example.com"))
         due = await store.due_notifications(NOW, 10)
         status = await store.status(NOW)
@@ -48,9 +44,9 @@ async def test_a_decision_queues_its_notifications_in_the_same_commit(tmp_path: 
     assert status["notifications"] == {"pending": 2}
 
 
-async def test_an_outcome_whose_lease_was_lost_queues_nothing(tmp_path: Path) -> None:
+async def test_an_outcome_whose_lease_was_lost_queues_nothing(open_store: OpenStore) -> None:
     """A worker that no longer holds the dlqId records nothing, notifications included."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await received(store, "d-1", at=NOW)
         await store.claim(OWNER, 1, 60.0, NOW)
         outcome = Outcome("d-1", "done", rule="page", action="notify", notifications=(notice(),))
@@ -58,9 +54,9 @@ async def test_an_outcome_whose_lease_was_lost_queues_nothing(tmp_path: Path) ->
         assert await store.due_notifications(NOW, 10) == []
 
 
-async def test_a_busy_receiver_is_left_out_and_the_others_come_first(tmp_path: Path) -> None:
+async def test_a_busy_receiver_is_left_out_and_the_others_come_first(open_store: OpenStore) -> None:
     """`skip_receivers`: none of theirs, even when theirs are due longer."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         for number in range(3):
             await decided(store, f"slow-{number}", notice(receiver="https://slow"), now=NOW)
         await decided(store, "fast", notice(receiver="https://fast"), now=NOW + 1)
@@ -68,10 +64,12 @@ async def test_a_busy_receiver_is_left_out_and_the_others_come_first(tmp_path: P
     assert [job.dlq_id for job in due] == ["fast"]
 
 
-async def test_an_attempt_is_counted_and_rescheduled_before_it_goes_out(tmp_path: Path) -> None:
+async def test_an_attempt_is_counted_and_rescheduled_before_it_goes_out(
+    open_store: OpenStore,
+) -> None:
     """begin: attempt 1, not due until its retry time (a crash then waits for it);
     finish retry: due at next_at; finish sent: never due again."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await decided(store, "d-1", notice())
         [job] = await store.due_notifications(NOW, 10)
         assert await store.begin_notification_attempt(job.id, NOW, NOW + 5) == 1
@@ -97,10 +95,10 @@ async def test_an_attempt_is_counted_and_rescheduled_before_it_goes_out(tmp_path
     assert record["reason"] == "rule page notified https://hooks.example.com"
 
 
-async def test_deciding_again_neither_duplicates_nor_resends(tmp_path: Path) -> None:
+async def test_deciding_again_neither_duplicates_nor_resends(open_store: OpenStore) -> None:
     """A dlqId decided again (redriven) with its notification sent: still one row, sent.
     One that failed is queued again, its attempts starting over."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await decided(store, "sent", notice())
         await decided(store, "failed", notice())
         ends: list[tuple[str, NotificationResult]] = [("sent", "sent"), ("failed", "failed")]
@@ -121,15 +119,15 @@ async def test_deciding_again_neither_duplicates_nor_resends(tmp_path: Path) -> 
         await store.settle(OWNER, outcomes, NOW + 2)
         due = await store.due_notifications(NOW + 2, 10)
     assert [(job.dlq_id, job.attempts) for job in due] == [("failed", 0)]
-    assert rows(tmp_path / "s.db") == [("sent", "page", "sent"), ("failed", "page", "pending")]
+    assert open_store.query(ROWS) == [("sent", "page", "sent"), ("failed", "page", "pending")]
 
 
 async def test_a_pending_notification_keeps_its_record_and_the_rest_go_with_theirs(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     """Pruning: a final record whose notification is pending stays (pending work); one
     whose notification ended is pruned, and its notification with it."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await decided(store, "pending", notice(), now=NOW - 10)
         await decided(store, "ended", notice(), now=NOW - 10)
         [job] = [j for j in await store.due_notifications(NOW, 10) if j.dlq_id == "ended"]
@@ -140,4 +138,4 @@ async def test_a_pending_notification_keeps_its_record_and_the_rest_go_with_thei
         assert await store.prune(before=NOW, now=NOW, dedup_for=DAY) == 1
         assert await store.record("pending") is not None
         assert await store.record("ended") is None
-    assert rows(tmp_path / "s.db") == [("pending", "page", "pending")]
+    assert open_store.query(ROWS) == [("pending", "page", "pending")]

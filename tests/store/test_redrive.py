@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from daemon.store.sqlite import SQLiteStore
-from tests.store.support import OWNER, settled
+from tests.store.support import OWNER, OpenStore, settled
 
 NOW = 2_000.0
 
 
-async def test_a_dry_redrive_lists_and_changes_nothing(tmp_path: Path) -> None:
+async def test_a_dry_redrive_lists_and_changes_nothing(open_store: OpenStore) -> None:
     """apply=False: the failed dlqIds in dlqId order; their state stays."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await settled(store, ["d-2", "d-1"], "failed", now=NOW, reason="400")
         await settled(store, ["d-3"], "gone", now=NOW)
         assert await store.redrive(now=NOW + 1, apply=False) == ["d-1", "d-2"]
         assert (await store.status(NOW + 1))["states"]["failed"] == 2
 
 
-async def test_a_redriven_dlq_id_starts_over_as_received(tmp_path: Path) -> None:
+async def test_a_redriven_dlq_id_starts_over_as_received(open_store: OpenStore) -> None:
     """Tries, lease and reason cleared; history says where it came from; claim takes it."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await settled(store, ["d-1"], "failed", now=NOW, reason="400 bad request")
         assert await store.redrive(now=NOW + 1, apply=True) == ["d-1"]
         record = await store.record("d-1")
@@ -38,9 +35,9 @@ async def test_a_redriven_dlq_id_starts_over_as_received(tmp_path: Path) -> None
         assert [(item.dlq_id, item.tries) for item in claimed] == [("d-1", 1)]
 
 
-async def test_redrive_filters_by_state_rule_and_time(tmp_path: Path) -> None:
+async def test_redrive_filters_by_state_rule_and_time(open_store: OpenStore) -> None:
     """Only the given states, the given rule, and final at or after `since`."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await settled(store, ["old"], "failed", now=NOW - 100)
         await settled(store, ["new"], "failed", now=NOW)
         await settled(store, ["other-rule"], "failed", now=NOW, rule="rule-b")
@@ -52,8 +49,8 @@ async def test_redrive_filters_by_state_rule_and_time(tmp_path: Path) -> None:
         assert both == ["new", "skipped"]
 
 
-async def test_only_final_states_can_be_redriven(tmp_path: Path) -> None:
+async def test_only_final_states_can_be_redriven(open_store: OpenStore) -> None:
     """A state still in the pipeline is refused with ValueError, naming it."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         with pytest.raises(ValueError, match="not batched"):
             await store.redrive(states=("failed", "batched"), now=NOW, apply=True)

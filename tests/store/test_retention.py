@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from pathlib import Path
 
-from daemon.store.sqlite import SQLiteStore
-from tests.store.support import batched, callback, done, received, settled
+from tests.store.support import OpenStore, batched, callback, done, received, settled
 
 NOW = 100_000.0
 DAY = 86_400.0
 
 
-async def test_final_records_older_than_the_cut_are_pruned(tmp_path: Path) -> None:
+async def test_final_records_older_than_the_cut_are_pruned(open_store: OpenStore) -> None:
     """Final before `before`: deleted and counted; final since, or not final: kept."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await settled(store, ["old-failed"], "failed", now=NOW - 10)
         await done(store, ["old-done"], now=NOW - 10)
         await settled(store, ["new-gone"], "gone", now=NOW)
@@ -27,9 +24,9 @@ async def test_final_records_older_than_the_cut_are_pruned(tmp_path: Path) -> No
         assert kept == ["new-gone", "old-batched", "old-received"]
 
 
-async def test_a_late_callback_of_a_pruned_dlq_id_is_a_duplicate(tmp_path: Path) -> None:
+async def test_a_late_callback_of_a_pruned_dlq_id_is_a_duplicate(open_store: OpenStore) -> None:
     """The service redelivers after the record is gone: not acted on a second time."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await done(store, ["d-1"], now=NOW - 10)
         await store.prune(before=NOW, now=NOW, dedup_for=DAY)
         assert await store.add_callback(callback("d-1", NOW + 1)) == "duplicate"
@@ -37,49 +34,37 @@ async def test_a_late_callback_of_a_pruned_dlq_id_is_a_duplicate(tmp_path: Path)
         assert await store.inbox_depth() == 1
 
 
-async def test_dedup_keys_are_forgotten_after_dedup_for(tmp_path: Path) -> None:
+async def test_dedup_keys_are_forgotten_after_dedup_for(open_store: OpenStore) -> None:
     """A later pass past the key's expiry drops it: the dlqId is new again."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await done(store, ["d-1"], now=NOW - 10)
         await store.prune(before=NOW, now=NOW, dedup_for=DAY)
         await store.prune(before=NOW, now=NOW + DAY + 1, dedup_for=DAY)
         assert await store.add_callback(callback("d-1", NOW + DAY + 2)) == "accepted"
 
 
-async def test_a_batch_goes_with_the_last_of_its_records(tmp_path: Path) -> None:
+async def test_a_batch_goes_with_the_last_of_its_records(open_store: OpenStore) -> None:
     """A settled batch whose records are all pruned is deleted; one that still holds a
     record (sent again later, not final yet) stays."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         gone = await done(store, ["d-1", "d-2"], now=NOW - 10)
         kept = await batched(store, ["d-3", "d-4"], now=NOW - 10)
         await store.mark_sending(kept.id, NOW - 10)
         await store.settle_batch(kept.id, done=["d-3"], again=["d-4"], sent=True, now=NOW - 10)
         await store.prune(before=NOW, now=NOW, dedup_for=DAY)
-    with sqlite3.connect(tmp_path / "s.db") as connection:
-        batches = [row[0] for row in connection.execute("SELECT id FROM batches")]
+    batches = [row[0] for row in open_store.query("SELECT id FROM batches")]
     assert gone.id not in batches
     assert batches == [kept.id]
 
 
 async def test_callbacks_are_committed_between_chunks_of_a_pruning_pass(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     """A pass of many chunks does not hold ingest up until it ends."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
+    async with open_store() as store:
         await settled(store, [f"d-{i}" for i in range(3000)], "gone", now=NOW - 10)
         pruning = asyncio.create_task(store.prune(before=NOW, now=NOW, dedup_for=DAY, chunk=20))
         await asyncio.sleep(0.01)  # the pass is under way
         assert await store.add_callback(callback("late", NOW)) == "accepted"
         assert not pruning.done()
         assert await pruning == 3000
-
-
-async def test_pruning_gives_the_space_back(tmp_path: Path) -> None:
-    """After a pass the file is smaller (a file this recoveryd created)."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
-        await settled(store, [f"d-{i}" for i in range(500)], "gone", now=NOW - 10,
-                      body=b"x" * 2000)  # fmt: skip
-        await received(store, "kept", at=NOW)
-        before = await store.size_bytes()
-        await store.prune(before=NOW, now=NOW, dedup_for=DAY)
-        assert await store.size_bytes() < before / 4

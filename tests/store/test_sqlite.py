@@ -1,4 +1,6 @@
-"""The embedded SQLite store: durable, duplicate-free, group-committed, honest when stuck."""
+"""What is the embedded SQLite store's own: locks, its schema's versions and migrations,
+files, and the space pruning gives back. (What every store does is tested on both: see
+conftest.py.)"""
 
 from __future__ import annotations
 
@@ -12,66 +14,11 @@ import pytest
 
 from daemon.store import Callback, StoreUnavailable
 from daemon.store.sqlite import MIGRATIONS, SQLiteStore, _transaction
+from tests.store.support import nonzero, old_database, received, retried, settled
 
 
 def _callback(dlq_id: str, body: bytes = b'{"dlqId": "x"}') -> Callback:
     return Callback(dlq_id, body, received_at=1_700_000_000.5)
-
-
-async def test_a_callback_is_read_back_after_the_store_is_reopened(tmp_path: Path) -> None:
-    """What add_callback reported stored is in the file, byte for byte."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
-        assert await store.add_callback(_callback("d-1", b"\x00raw\xff")) == "accepted"
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
-        assert await store.get_callback("d-1") == _callback("d-1", b"\x00raw\xff")
-        assert await store.get_callback("d-2") is None
-
-
-async def test_a_second_callback_for_a_dlq_id_is_a_duplicate(tmp_path: Path) -> None:
-    """By dlqId, in separate commits: the first one stays."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
-        await store.add_callback(_callback("d-1", b"first"))
-        assert await store.add_callback(_callback("d-1", b"second")) == "duplicate"
-        stored = await store.get_callback("d-1")
-        assert stored is not None
-        assert stored.body == b"first"
-
-
-async def test_duplicates_within_one_commit_are_found_too(tmp_path: Path) -> None:
-    """Two callbacks for one dlqId in the same batch: one accepted, one duplicate."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
-        outcomes = await asyncio.gather(*(store.add_callback(_callback("d-1")) for _ in range(2)))
-        assert sorted(outcomes) == ["accepted", "duplicate"]
-        assert await store.inbox_depth() == 1
-
-
-async def test_concurrent_callbacks_share_commits(tmp_path: Path) -> None:
-    """200 callbacks arriving together take far fewer than 200 commits (disk flushes)."""
-    commits: list[int] = []
-    async with SQLiteStore.open(tmp_path / "s.db", observe_commit=commits.append) as store:
-        adds = (store.add_callback(_callback(f"d-{i}")) for i in range(200))
-        assert set(await asyncio.gather(*adds)) == {"accepted"}
-        assert await store.inbox_depth() == 200
-    assert sum(commits) == 200
-    assert len(commits) < 20
-
-
-async def test_callbacks_waiting_at_close_are_committed(tmp_path: Path) -> None:
-    """Shutting down does not drop callbacks whose commit has not run yet."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
-        waiting = [asyncio.create_task(store.add_callback(_callback(f"d-{i}"))) for i in range(5)]
-        await asyncio.sleep(0)  # each task has queued its callback
-    assert [await task for task in waiting] == ["accepted"] * 5
-    with sqlite3.connect(tmp_path / "s.db") as connection:
-        assert connection.execute("SELECT count(*) FROM callbacks").fetchone() == (5,)
-
-
-async def test_a_closed_store_refuses_new_callbacks(tmp_path: Path) -> None:
-    """After close, add_callback says unavailable rather than hanging."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
-        pass
-    with pytest.raises(StoreUnavailable, match="shutting down"):
-        await store.add_callback(_callback("d-late"))
 
 
 async def test_a_database_locked_by_another_process_makes_the_store_unavailable(
@@ -101,17 +48,7 @@ async def test_a_stalled_commit_is_reported_and_lands_later(tmp_path: Path) -> N
             await store.add_callback(_callback("d-2"))
         blocker.execute("ROLLBACK")
         blocker.close()
-        assert await _retried(store, _callback("d-1")) == "duplicate"
-
-
-async def _retried(store: SQLiteStore, callback: Callback) -> str:
-    """add_callback as the service retries a 503: again, shortly, until it is taken."""
-    for _ in range(100):
-        try:
-            return await store.add_callback(callback)
-        except StoreUnavailable:
-            await asyncio.sleep(0.02)
-    raise AssertionError("the store never recovered")
+        assert await retried(store, _callback("d-1")) == "duplicate"
 
 
 async def test_too_many_waiting_callbacks_are_refused_not_queued(tmp_path: Path) -> None:
@@ -157,30 +94,6 @@ async def test_a_path_that_cannot_be_opened_is_reported(tmp_path: Path) -> None:
             pass
 
 
-async def test_a_batch_larger_than_one_statement_finds_every_duplicate(tmp_path: Path) -> None:
-    """700 callbacks at once (three statements' worth), with duplicates in other chunks and
-    of stored ones: each dlqId accepted once, every other copy a duplicate."""
-    async with SQLiteStore.open(tmp_path / "s.db") as store:
-        await store.add_callback(_callback("d-5"))
-        ids = [f"d-{i}" for i in range(600)] + [f"d-{i}" for i in range(0, 600, 6)]
-        outcomes = await asyncio.gather(*(store.add_callback(_callback(i)) for i in ids))
-        assert outcomes.count("accepted") == 599
-        assert outcomes[5] == "duplicate"
-        assert outcomes[600:] == ["duplicate"] * 100
-        assert await store.inbox_depth() == 600
-
-
-async def test_a_failing_metric_does_not_stop_the_writer(tmp_path: Path) -> None:
-    """observe_commit raising is not the store's problem: later callbacks still commit."""
-
-    def broken(size: int) -> None:
-        raise RuntimeError("metric backend down")
-
-    async with SQLiteStore.open(tmp_path / "s.db", observe_commit=broken) as store:
-        assert await store.add_callback(_callback("d-1")) == "accepted"
-        assert await store.add_callback(_callback("d-2")) == "accepted"
-
-
 def test_a_failed_commit_rolls_back_and_reports_its_own_error(tmp_path: Path) -> None:
     """When COMMIT itself fails the lock is released and the error is COMMIT's, so the
     next batch is not stuck 'within a transaction'."""
@@ -218,3 +131,44 @@ async def test_a_read_cancelled_as_it_completes_is_still_cancelled(tmp_path: Pat
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_a_batch_left_unsettled_by_an_older_recoveryd_is_taken_as_possibly_sent(
+    tmp_path: Path,
+) -> None:
+    """Before sent_at existed nothing said whether the call left: the migration assumes
+    it may have, so the batch is checked with GETs rather than sent again blind."""
+    connection = old_database(tmp_path / "s.db", version=3)
+    connection.execute(
+        "INSERT INTO batches (action, overrides, state, dlq_ids, created_at) "
+        "VALUES ('resume', '{}', 'pending', '[\"d-1\"]', 5.0)"
+    )
+    connection.close()
+    async with SQLiteStore.open(tmp_path / "s.db") as store:
+        [record] = await store.unsettled_batches()
+    assert record.sent_at == 5.0
+
+
+async def test_the_migration_counts_the_rows_already_there(tmp_path: Path) -> None:
+    """A store from before the counts by state existed starts with them right."""
+    connection = old_database(tmp_path / "s.db", version=5)
+    connection.executemany(
+        "INSERT INTO callbacks (dlq_id, body, received_at, state) VALUES (?, x'', 1, ?)",
+        [("a", "received"), ("b", "done"), ("c", "done"), ("d", "failed")],
+    )
+    connection.close()
+    async with SQLiteStore.open(tmp_path / "s.db") as store:
+        status = await store.status(2_000.0)
+    assert nonzero(status) == {"received": 1, "done": 2, "failed": 1}
+
+
+async def test_pruning_gives_the_space_back(tmp_path: Path) -> None:
+    """After a pass the file is smaller (a file this recoveryd created)."""
+    now = 100_000.0
+    async with SQLiteStore.open(tmp_path / "s.db") as store:
+        await settled(store, [f"d-{i}" for i in range(500)], "gone", now=now - 10,
+                      body=b"x" * 2000)  # fmt: skip
+        await received(store, "kept", at=now)
+        before = await store.size_bytes()
+        await store.prune(before=now, now=now, dedup_for=86_400.0)
+        assert await store.size_bytes() < before / 4

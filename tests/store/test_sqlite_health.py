@@ -1,5 +1,5 @@
-"""The store notices when its files go or its disk fills, refuses callbacks meanwhile, and
-says so in the log once."""
+"""The SQLite store notices when its files go or its disk fills, refuses callbacks
+meanwhile, and says so in the log once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import asyncio
 import os
 import shutil
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -15,26 +14,7 @@ from structlog.testing import capture_logs
 
 from daemon.store import StoreUnavailable
 from daemon.store.sqlite import SQLiteStore
-from tests.store.support import callback
-
-# Problems must show within ~2 s at the default health interval of 1 s.
-NOTICED_WITHIN = 2.5
-
-
-async def problems_within(store: SQLiteStore, seconds: float = NOTICED_WITHIN) -> list[str]:
-    deadline = time.monotonic() + seconds
-    while True:
-        if (problems := store.problems()) or time.monotonic() >= deadline:
-            return problems
-        await asyncio.sleep(0.05)
-
-
-async def cleared_within(store: SQLiteStore, seconds: float = NOTICED_WITHIN) -> bool:
-    deadline = time.monotonic() + seconds
-    while True:
-        if not store.problems() or time.monotonic() >= deadline:
-            return not store.problems()
-        await asyncio.sleep(0.05)
+from tests.store.support import callback, cleared_within, problems_within
 
 
 def files(path: Path) -> list[Path]:
