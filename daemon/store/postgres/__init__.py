@@ -41,6 +41,7 @@ from daemon.store.records import (
     check_final,
 )
 from daemon.store.removals import Removal, RemovalResult
+from daemon.store.sqlite_retention import dedup_key
 from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
 from daemon.urls import without_credentials
 
@@ -490,32 +491,36 @@ class PostgresStore:
                     await self._run(_select_one)
 
     async def _insert(self, callbacks: list[Callback]) -> list[Added]:
-        """One transaction for the whole batch: a dlqId already stored, or pruned, or twice
-        in the batch, is a duplicate; `ON CONFLICT DO NOTHING` makes two replicas given
-        the same dlqId at once store it once, and answer one of them `duplicate`."""
+        """One statement, so one round trip and its own transaction, for the whole batch: a
+        dlqId already stored, or pruned (its key kept in `pruned`), or twice in the batch,
+        is a duplicate; `ON CONFLICT DO NOTHING` makes two replicas given the same dlqId at
+        once store it once, and answer one of them `duplicate`."""
         fresh: dict[str, Callback] = {}
         for callback in callbacks:
             fresh.setdefault(callback.dlq_id, callback)
+        rows = list(fresh.values())
 
         async def insert(connection: Connection) -> set[str]:
-            pruned = await retention.pruned_among(connection, list(fresh))
-            rows = [callback for dlq_id, callback in fresh.items() if dlq_id not in pruned]
             cursor = await connection.execute(
+                "INSERT INTO callbacks (dlq_id, body, received_at) "
+                "SELECT dlq_id, body, received_at "
+                "FROM unnest(%s::text[], %s::bytea[], %s::float8[], %s::bigint[]) "
+                "AS row (dlq_id, body, received_at, key) "
+                "WHERE NOT EXISTS (SELECT 1 FROM pruned WHERE pruned.key = row.key) "
                 # In dlqId order: two replicas inserting the same dlqIds in different
                 # orders would each wait on a row the other inserted, a deadlock.
-                "INSERT INTO callbacks (dlq_id, body, received_at) "
-                "SELECT * FROM unnest(%s::text[], %s::bytea[], %s::float8[]) "
-                "AS row (dlq_id, body, received_at) ORDER BY dlq_id "
+                "ORDER BY dlq_id "
                 "ON CONFLICT (dlq_id) DO NOTHING RETURNING dlq_id",
                 (
                     [row.dlq_id for row in rows],
                     [row.body for row in rows],
                     [row.received_at for row in rows],
+                    [dedup_key(row.dlq_id) for row in rows],
                 ),
             )
             return {dlq_id for (dlq_id,) in await cursor.fetchall()}
 
-        stored = await self._write(insert)
+        stored = await self._run(insert, seconds=self._commit_timeout)
         outcomes: list[Added] = []
         for callback in callbacks:
             first = fresh.get(callback.dlq_id) is callback

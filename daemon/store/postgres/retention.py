@@ -13,7 +13,7 @@ settled batch is locked before it is found to have no record left (`_prune_batch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from daemon.store.postgres import lineage, notify
 from daemon.store.postgres.db import Connection
@@ -21,17 +21,6 @@ from daemon.store.records import FINAL
 from daemon.store.sqlite_retention import dedup_key
 
 _FINAL = ", ".join(f"'{state}'" for state in sorted(FINAL))  # literals: the index is used
-
-
-async def pruned_among(connection: Connection, dlq_ids: Sequence[str]) -> set[str]:
-    """Those of `dlq_ids` whose record was pruned."""
-    keys = {dedup_key(dlq_id): dlq_id for dlq_id in dlq_ids}
-    if not keys:
-        return set()
-    cursor = await connection.execute(
-        "SELECT key FROM pruned WHERE key = ANY(%s::bigint[])", (list(keys),)
-    )
-    return {keys[key] for (key,) in await cursor.fetchall()}
 
 
 async def prune_chunk(connection: Connection, *, before: float, until: float, chunk: int) -> int:
