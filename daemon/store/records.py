@@ -9,13 +9,17 @@ follows it, so a crash at any point leaves a state the next start can act on:
     done     -> failed  (notify: the notification its rule queued was given up)
 
 `received` with a lease is being fetched; its lease expiring gives it to another worker.
+
+Both stores (sqlite_pipeline.py, postgres/pipeline.py) build the values they answer from
+their rows with the functions at the end of this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from daemon.store.removals import EndpointFailure
 
@@ -24,6 +28,8 @@ STATES: tuple[State, ...] = (
     "received", "decided", "batched", "done", "gone", "skipped", "failed", "dry-run"
 )  # fmt: skip
 FINAL: frozenset[State] = frozenset({"done", "gone", "skipped", "failed", "dry-run"})
+# Not final: what status() reports the oldest of.
+UNFINISHED: tuple[State, ...] = ("received", "decided", "batched")
 # Counted against a rule's budget: recoveries decided, under way or made.
 RECOVERING: tuple[State, ...] = ("decided", "batched", "done")
 # How the reason of a dlqId `skipped` because its rule's budget was spent begins, so that
@@ -181,3 +187,137 @@ def check_final(states: Sequence[str]) -> None:
         listed = ", ".join(others) or "none"
         raise ValueError(f"only final states ({', '.join(sorted(FINAL))}) can be redriven, "
                          f"not {listed}")  # fmt: skip
+
+
+def event(state: str, at: float, **detail: Any) -> dict[str, Any]:
+    """An entry of a record's history; empty details are left out."""
+    return {"state": state, "at": at, **{k: v for k, v in detail.items() if v}}
+
+
+def json_text(value: Any) -> str | None:
+    """What a JSON text column (`matched`, `would`) holds: None for an empty value."""
+    return json.dumps(value) if value else None
+
+
+def over_budget_reason(key: str, run: str | None, made: int) -> str:
+    """The reason of a recovery that its rule's budget stopped: the workflow `key` (of
+    the run `run`) was recovered `made` times already."""
+    return (
+        f"{OVER_BUDGET}workflow {key} (this run: {run}) was "
+        f"already recovered {made} times in the rule's window, its maxRecoveries"
+    )
+
+
+def tally(settled: Settled, outcome: Outcome, state: State, stopped: bool, now: float) -> None:
+    """Add to `settled` an outcome recorded (its lease still held) as `state` at `now`;
+    `stopped` when its rule's budget made it `skipped`."""
+    if stopped:
+        assert outcome.rule is not None
+        settled.over_budget.append((outcome.dlq_id, outcome.rule))
+    if state == "decided":
+        assert outcome.action is not None
+        assert outcome.overrides is not None
+        assert outcome.rule is not None
+        settled.decided.append(
+            Pending(outcome.dlq_id, outcome.action, outcome.overrides, outcome.rule, now)
+        )
+
+
+# The values the stores answer, built from their rows (each function names the columns it
+# takes, in order). `load` decodes a JSON column as the store's driver returns it: SQLite's
+# are text (`json.loads`), PostgreSQL's jsonb come back decoded (`decoded`). `matched`,
+# `would` and `overrides` are JSON text on both.
+Load = Callable[[Any], Any]
+
+
+def decoded(value: Any) -> Any:
+    """The `load` of a JSON column that the driver has decoded already."""
+    return value
+
+
+def pending_from(row: Sequence[Any]) -> Pending:
+    """A decided dlqId from `dlq_id, action, overrides, rule, decided_at`."""
+    dlq_id, action, overrides, rule, decided_at = row
+    return Pending(dlq_id, action, overrides, rule, decided_at)
+
+
+def batch_from(row: Sequence[Any], load: Load) -> BatchRecord:
+    """A batch from `id, action, overrides, dlq_ids, created_at, sent_at`."""
+    batch_id, action, overrides, ids, created_at, sent_at = row
+    return BatchRecord(batch_id, action, overrides, tuple(load(ids)), created_at, sent_at)
+
+
+def batch_json(row: Sequence[Any], load: Load) -> dict[str, Any]:
+    """One of the batches of a record, from `id, action, state, created_at, sent_at,
+    settled_at, reason, runs, calls` and the number of its dlqIds."""
+    number, kind, state, created, sent_at, settled, why, runs, calls, size = row
+    return {
+        "id": number,
+        "action": kind,
+        "state": state,
+        "size": size,
+        "createdAt": created,
+        "sentAt": sent_at,
+        "settledAt": settled,
+        "reason": why,
+        "workflowRuns": load(runs),
+        "calls": load(calls),
+    }
+
+
+class RecordRow(NamedTuple):
+    """The columns of a dlqId's row that its record shows, in the order selected."""
+
+    dlq_id: str
+    state: str
+    reason: str | None
+    rule: str | None
+    action: str | None
+    matched: str | None
+    overrides: str | None
+    workflow_run_id: str | None
+    would: str | None
+    tries: int
+    sends: int
+    batch_ids: Any  # a JSON column, as are calls and history
+    calls: Any
+    history: Any
+    received_at: float
+    decided_at: float | None
+    updated_at: float | None
+
+
+def record_json(row: RecordRow, batches: list[dict[str, Any]], load: Load) -> dict[str, Any]:
+    """Everything known about one dlqId, as `/api/v1/dlq/{dlqId}` answers it: its row, and
+    the batches it was in (`batch_json`), in the order it was in them."""
+    return {
+        "dlqId": row.dlq_id,
+        "state": row.state,
+        "reason": row.reason,
+        "rule": row.rule,
+        "action": row.action,
+        "matchedRules": json.loads(row.matched) if row.matched else [],
+        "overrides": json.loads(row.overrides) if row.overrides else None,
+        "workflowRunId": row.workflow_run_id,
+        "wouldCall": json.loads(row.would) if row.would else None,
+        "fetchAttempts": row.tries,
+        "sends": row.sends,
+        "calls": load(row.calls),
+        "batches": batches,
+        "history": load(row.history),
+        "receivedAt": row.received_at,
+        "decidedAt": row.decided_at,
+        "updatedAt": row.updated_at,
+    }
+
+
+def status_json(
+    counts: dict[str, int], batches: int, oldest: float | None, now: float
+) -> dict[str, Any]:
+    """The pipeline's part of the status: `counts` by state, the `batches` not yet
+    settled, and the age of the `oldest` dlqId not in a final state (its received_at)."""
+    return {
+        "states": counts,
+        "pendingBatches": batches,
+        "oldestPendingSeconds": max(0.0, now - oldest) if oldest is not None else 0.0,
+    }

@@ -16,10 +16,15 @@ reading the group again. A removed endpoint can be restored from its record.
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from daemon.urls import without_credentials
+
+if TYPE_CHECKING:  # records.py imports this module
+    from daemon.store.records import State
 
 RemovalState = Literal[
     "pending", "removing", "removed", "gone", "kept_last", "capped", "read_failed", "failed"
@@ -29,6 +34,33 @@ RemovalResult = Literal["removed", "gone", "kept_last", "capped", "read_failed",
 OPEN: tuple[RemovalState, ...] = ("pending", "removing")
 # Removals that count against RECOVERYD_MAX_REMOVALS_PER_HOUR: made, or about to be.
 COUNTED: tuple[RemovalState, ...] = ("removing", "removed")
+HOUR = 3600.0
+# What a removal's outcome makes of the dlqId whose failure reached the threshold: done
+# when the endpoint is out of the group, skipped when it was held back, failed when the
+# service refused the removal.
+DLQ_STATE: dict[RemovalResult, State] = {
+    "removed": "done",
+    "gone": "done",
+    "kept_last": "skipped",
+    "capped": "skipped",
+    "read_failed": "skipped",
+    "failed": "failed",
+}
+# SQL both stores' endpoint_removals queries share (sqlite_endpoints.py and
+# postgres/endpoints.py): the states as literals, so the partial index on the open ones
+# is used, and the columns `removal` reads and those `listed` reads, in their order.
+OPEN_SQL = ", ".join(f"'{state}'" for state in OPEN)
+COUNTED_SQL = ", ".join(f"'{state}'" for state in COUNTED)
+COLUMNS = (
+    "id, url_group, endpoint, endpoint_name, endpoint_url, rule, keep_last, state, reason, "
+    "tries, dlq_id"
+)
+LISTED_COLUMNS = (
+    "id, url_group, endpoint_name, endpoint_url, rule, threshold_failures, "
+    "threshold_within, keep_last, dlq_id, state, reason, evidence, tries, calls, "
+    "created_at, intended_at, finished_at, restore_state, restore_reason, restored_at, "
+    "updated_at"
+)
 
 
 @dataclass(frozen=True)
@@ -95,3 +127,104 @@ class RestoreRefused(Exception):
     def __init__(self, message: str, kind: Literal["unknown", "restored"]) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+def removal(row: Sequence[Any]) -> Removal:
+    """The removal a row of COLUMNS tells (`keep_last` is an integer column in both
+    stores)."""
+    (removal_id, group, endpoint, name, url, rule, keep_last, state, reason, tries,
+     dlq_id) = row  # fmt: skip
+    return Removal(
+        removal_id, group, endpoint, name, url, rule, bool(keep_last), state, reason, tries,
+        dlq_id,
+    )  # fmt: skip
+
+
+def window(rows: Sequence[Sequence[Any]], within: float) -> list[Evidence]:
+    """Of an endpoint's failures not used up yet, as rows of (dlq_id, response_status,
+    failed_at) in the order of their time, those within `within` of the latest."""
+    if not rows:
+        return []
+    latest = rows[-1][2]
+    return [Evidence(*row) for row in rows if row[2] >= latest - within]
+
+
+def later_evidence(rows: Sequence[Sequence[Any]]) -> list[dict[str, object]]:
+    """The failures (dlq_id, response_status, failed_at) counted while a removal was
+    under way, in the order of their time, as its evidence lists them."""
+    return [Evidence(*row).to_json() for row in sorted(rows, key=lambda row: (row[2], row[0]))]
+
+
+def capped_reason(
+    made: int, max_per_hour: int, group: str, name: str | None, url: str | None
+) -> str:
+    """Why a removal ends `capped`: `made` removals in the last hour reached the cap."""
+    if max_per_hour == 0:
+        why = "removals are off (RECOVERYD_MAX_REMOVALS_PER_HOUR is 0)"
+    else:
+        why = (
+            f"{made} endpoints were removed in the last hour, the cap "
+            f"(RECOVERYD_MAX_REMOVALS_PER_HOUR)"
+        )
+    where = f"endpoint {shown(name, url)} of URL Group {group}"
+    return f"held back: {why}; {where} stays"
+
+
+def restorable(row: Sequence[Any] | None, group: str, name: str) -> Removal:
+    """The removal to restore, from the row of COLUMNS, restore_state and restored_at
+    read of the last removal of endpoint `name` from `group` (None: there is none);
+    RestoreRefused when there is none or it was restored already."""
+    if row is None:
+        raise RestoreRefused(
+            f"no removal of endpoint {name!r} from URL Group {group!r} is recorded "
+            "(`recoveryd removals` lists them; an endpoint without a name goes by its url)",
+            "unknown",
+        )
+    found = removal(row[:11])
+    if row[11] == "restored":
+        raise RestoreRefused(
+            f"endpoint {name!r} of URL Group {group!r} was restored already "
+            f"(removal {found.id}, restored at {_iso(row[12])})",
+            "restored",
+        )
+    return found
+
+
+def listed(row: Sequence[Any], load: Callable[[Any], Any]) -> dict[str, Any]:
+    """A removal as `/api/v1/removals` lists it, from a row of LISTED_COLUMNS. `load`
+    makes Python values of its JSON columns (evidence, calls): json.loads of SQLite's
+    text; PostgreSQL's jsonb comes back decoded, to pass through."""
+    (removal_id, url_group, name, url, rule, failures, within, keep_last, dlq_id, state,
+     reason, evidence, tries, calls, created, intended, finished, restore_state,
+     restore_reason, restored_at, updated) = row  # fmt: skip
+    return {
+        "id": removal_id,
+        "urlGroup": url_group,
+        "endpoint": {"name": name, "url": url},
+        "rule": rule,
+        "threshold": {"failures": failures, "withinSeconds": within},
+        "keepLastEndpoint": bool(keep_last),
+        "state": state,
+        "reason": reason,
+        "dlqId": dlq_id,
+        "evidence": load(evidence),
+        "tries": tries,
+        "createdAt": created,
+        "intendedAt": intended,
+        "finishedAt": finished,
+        "restore": {
+            "state": restore_state,
+            "reason": restore_reason,
+            "restoredAt": restored_at,
+        },
+        "calls": load(calls),
+        "updatedAt": updated,
+    }
+
+
+def _iso(at: float | None) -> str:
+    """A time as a refusal tells it (UTC, to the second); `?` when not known."""
+    if at is None:
+        return "?"
+    moment = datetime.datetime.fromtimestamp(at, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

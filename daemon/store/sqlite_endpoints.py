@@ -9,21 +9,25 @@ Everything that follows (the group read, the DELETE) is the remover's
 
 from __future__ import annotations
 
-import datetime
 import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from daemon.durations import shown_duration
+from daemon.store import removals
 from daemon.store.records import Outcome, State
 from daemon.store.removals import (
-    COUNTED,
+    COLUMNS,
+    COUNTED_SQL,
+    DLQ_STATE,
+    HOUR,
+    LISTED_COLUMNS,
     OPEN,
+    OPEN_SQL,
     Evidence,
     Removal,
     RemovalResult,
-    RestoreRefused,
     shown,
 )
 
@@ -74,25 +78,6 @@ SCHEMA = """
     CREATE INDEX endpoint_removals_by_intent ON endpoint_removals (intended_at);
 """
 
-HOUR = 3600.0
-# What a removal's outcome makes of the dlqId whose failure reached the threshold: done
-# when the endpoint is out of the group, skipped when it was held back, failed when the
-# service refused the removal.
-DLQ_STATE: dict[RemovalResult, State] = {
-    "removed": "done",
-    "gone": "done",
-    "kept_last": "skipped",
-    "capped": "skipped",
-    "read_failed": "skipped",
-    "failed": "failed",
-}
-_OPEN = ", ".join(f"'{state}'" for state in OPEN)  # literals, so the partial index is used
-_COUNTED = ", ".join(f"'{state}'" for state in COUNTED)
-_COLUMNS = (
-    "id, url_group, endpoint, endpoint_name, endpoint_url, rule, keep_last, state, reason, "
-    "tries, dlq_id"
-)
-
 
 def count_failure(
     connection: sqlite3.Connection, owner: str, outcome: Outcome, now: float
@@ -129,7 +114,7 @@ def count_failure(
     )
     under_way = connection.execute(
         f"SELECT id FROM endpoint_removals WHERE url_group = ? AND endpoint = ? "
-        f"AND state IN ({_OPEN})",
+        f"AND state IN ({OPEN_SQL})",
         (group, endpoint),
     ).fetchone()
     if under_way is not None:
@@ -161,36 +146,24 @@ def _window(
         "WHERE url_group = ? AND endpoint = ? AND removal_id IS NULL ORDER BY failed_at, dlq_id",
         (group, endpoint),
     ).fetchall()
-    if not rows:
-        return []
-    latest = rows[-1][2]
-    return [Evidence(*row) for row in rows if row[2] >= latest - within]
+    return removals.window(rows, within)
 
 
 def due(connection: sqlite3.Connection, now: float) -> list[Removal]:
     """The removals not finished whose next step is due, oldest first."""
     rows = connection.execute(
-        f"SELECT {_COLUMNS} FROM endpoint_removals INDEXED BY endpoint_removals_open "
-        f"WHERE state IN ({_OPEN}) AND (retry_at IS NULL OR retry_at <= ?) ORDER BY id",
+        f"SELECT {COLUMNS} FROM endpoint_removals INDEXED BY endpoint_removals_open "
+        f"WHERE state IN ({OPEN_SQL}) AND (retry_at IS NULL OR retry_at <= ?) ORDER BY id",
         (now,),
     ).fetchall()
-    return [_removal(row) for row in rows]
-
-
-def _removal(row: Sequence[Any]) -> Removal:
-    (removal_id, group, endpoint, name, url, rule, keep_last, state, reason, tries,
-     dlq_id) = row  # fmt: skip
-    return Removal(
-        removal_id, group, endpoint, name, url, rule, bool(keep_last), state, reason, tries,
-        dlq_id,
-    )  # fmt: skip
+    return [removals.removal(row) for row in rows]
 
 
 def get(connection: sqlite3.Connection, removal_id: int) -> Removal | None:
     row = connection.execute(
-        f"SELECT {_COLUMNS} FROM endpoint_removals WHERE id = ?", (removal_id,)
+        f"SELECT {COLUMNS} FROM endpoint_removals WHERE id = ?", (removal_id,)
     ).fetchone()
-    return None if row is None else _removal(row)
+    return None if row is None else removals.removal(row)
 
 
 def defer(
@@ -209,7 +182,7 @@ def defer(
     connection.execute(
         "UPDATE endpoint_removals SET tries = tries + ?, retry_at = ?, reason = ?, "
         "updated_at = ? "
-        f"WHERE id = ? AND state IN ({_OPEN})",
+        f"WHERE id = ? AND state IN ({OPEN_SQL})",
         (int(tried), retry_at, reason, now, removal_id),
     )
     _add_calls(connection, removal_id, calls)
@@ -234,20 +207,12 @@ def intend(
         return removal
     (made,) = connection.execute(
         "SELECT count(*) FROM endpoint_removals INDEXED BY endpoint_removals_by_intent "
-        f"WHERE intended_at >= ? AND state IN ({_COUNTED})",
+        f"WHERE intended_at >= ? AND state IN ({COUNTED_SQL})",
         (now - HOUR,),
     ).fetchone()
     if made >= max_per_hour:
-        if max_per_hour == 0:
-            why = "removals are off (RECOVERYD_MAX_REMOVALS_PER_HOUR is 0)"
-        else:
-            why = (
-                f"{made} endpoints were removed in the last hour, the cap "
-                f"(RECOVERYD_MAX_REMOVALS_PER_HOUR)"
-            )
-        where = f"endpoint {shown(name, url)} of URL Group {removal.url_group}"
-        finish(connection, removal_id, "capped", f"held back: {why}; {where} stays",
-               calls=calls, now=now)  # fmt: skip
+        reason = removals.capped_reason(made, max_per_hour, removal.url_group, name, url)
+        finish(connection, removal_id, "capped", reason, calls=calls, now=now)
     else:
         connection.execute(
             "UPDATE endpoint_removals SET state = 'removing', intended_at = ?, "
@@ -286,9 +251,7 @@ def finish(
         "RETURNING dlq_id, response_status, failed_at",
         (removal_id, group, endpoint, created_at),
     ).fetchall()
-    items = json.loads(evidence) + [
-        Evidence(*found).to_json() for found in sorted(later, key=lambda row: (row[2], row[0]))
-    ]
+    items = json.loads(evidence) + removals.later_evidence(later)
     connection.execute(
         "UPDATE endpoint_removals SET state = ?, reason = ?, evidence = ?, retry_at = NULL, "
         "finished_at = ?, updated_at = ? WHERE id = ?",
@@ -328,24 +291,12 @@ def begin_restore(connection: sqlite3.Connection, group: str, name: str, now: fl
     was restored already. A restore cut short stays `restoring` and may be run again:
     adding an endpoint the group already has changes nothing."""
     row = connection.execute(
-        f"SELECT {_COLUMNS}, restore_state, restored_at FROM endpoint_removals "
+        f"SELECT {COLUMNS}, restore_state, restored_at FROM endpoint_removals "
         "WHERE url_group = ? AND state = 'removed' AND (endpoint_name = ? OR "
         "(endpoint_name IS NULL AND endpoint_url = ?)) ORDER BY id DESC LIMIT 1",
         (group, name, name),
     ).fetchone()
-    if row is None:
-        raise RestoreRefused(
-            f"no removal of endpoint {name!r} from URL Group {group!r} is recorded "
-            "(`recoveryd removals` lists them; an endpoint without a name goes by its url)",
-            "unknown",
-        )
-    removal = _removal(row[:11])
-    if row[11] == "restored":
-        raise RestoreRefused(
-            f"endpoint {name!r} of URL Group {group!r} was restored already "
-            f"(removal {removal.id}, restored at {_iso(row[12])})",
-            "restored",
-        )
+    removal = removals.restorable(row, group, name)
     connection.execute(
         "UPDATE endpoint_removals SET restore_state = 'restoring', updated_at = ? WHERE id = ?",
         (now, removal.id),
@@ -378,47 +329,7 @@ def listed(
     `/api/v1/removals` answers them."""
     where, params = ("WHERE url_group = ?", (group,)) if group is not None else ("", ())
     rows = connection.execute(
-        "SELECT id, url_group, endpoint_name, endpoint_url, rule, threshold_failures, "
-        "threshold_within, keep_last, dlq_id, state, reason, evidence, tries, calls, "
-        "created_at, intended_at, finished_at, restore_state, restore_reason, restored_at, "
-        f"updated_at FROM endpoint_removals {where} ORDER BY id DESC LIMIT ?",
+        f"SELECT {LISTED_COLUMNS} FROM endpoint_removals {where} ORDER BY id DESC LIMIT ?",
         (*params, limit),
     ).fetchall()
-    answer = []
-    for row in reversed(rows):
-        (removal_id, url_group, name, url, rule, failures, within, keep_last, dlq_id, state,
-         reason, evidence, tries, calls, created, intended, finished, restore_state,
-         restore_reason, restored_at, updated) = row  # fmt: skip
-        answer.append(
-            {
-                "id": removal_id,
-                "urlGroup": url_group,
-                "endpoint": {"name": name, "url": url},
-                "rule": rule,
-                "threshold": {"failures": failures, "withinSeconds": within},
-                "keepLastEndpoint": bool(keep_last),
-                "state": state,
-                "reason": reason,
-                "dlqId": dlq_id,
-                "evidence": json.loads(evidence),
-                "tries": tries,
-                "createdAt": created,
-                "intendedAt": intended,
-                "finishedAt": finished,
-                "restore": {
-                    "state": restore_state,
-                    "reason": restore_reason,
-                    "restoredAt": restored_at,
-                },
-                "calls": json.loads(calls),
-                "updatedAt": updated,
-            }
-        )
-    return answer
-
-
-def _iso(at: float | None) -> str:
-    if at is None:
-        return "?"
-    moment = datetime.datetime.fromtimestamp(at, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return [removals.listed(row, load=json.loads) for row in reversed(rows)]

@@ -11,16 +11,18 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from daemon.store import records
 from daemon.store import sqlite_endpoints as endpoints
 from daemon.store import sqlite_lineage as lineage
 from daemon.store import sqlite_notify as notify
 from daemon.store.records import (
-    OVER_BUDGET,
     STATES,
+    UNFINISHED,
     BatchRecord,
     Claimed,
     Outcome,
     Pending,
+    RecordRow,
     Settled,
     check_final,
 )
@@ -98,13 +100,11 @@ COUNTS = """
     END;
 """
 
-# Not final: what status() reports the oldest of.
-UNFINISHED = ("received", "decided", "batched")
 _HISTORY = "history = json_insert(history, '$[#]', json(:event))"
 
 
 def _event(state: str, at: float, **detail: Any) -> str:
-    return json.dumps({"state": state, "at": at, **{k: v for k, v in detail.items() if v}})
+    return json.dumps(records.event(state, at, **detail))
 
 
 def release_leases(connection: sqlite3.Connection) -> int:
@@ -148,7 +148,7 @@ def settle(
 ) -> Settled:
     """Record the outcomes of `owner`'s leases (ones it no longer holds are left alone);
     a recovery over its rule's budget becomes `skipped`."""
-    decided, over_budget = [], []
+    settled = Settled([], [])
     for outcome in outcomes:
         state, reason = outcome.state, outcome.reason
         budget = outcome.budget
@@ -161,10 +161,7 @@ def settle(
             made = lineage.recoveries(connection, key, budget.since, exclude=outcome.dlq_id)
             if made >= budget.max_recoveries:
                 state, stopped = "skipped", True
-                reason = (
-                    f"{OVER_BUDGET}workflow {key} (this run: {outcome.workflow_run_id}) was "
-                    f"already recovered {made} times in the rule's window, its maxRecoveries"
-                )
+                reason = records.over_budget_reason(key, outcome.workflow_run_id, made)
         if outcome.endpoint_failure is not None:  # remove-endpoint: counted in this commit
             counted = endpoints.count_failure(connection, owner, outcome, now)
             state, reason = counted or (state, reason)
@@ -183,12 +180,12 @@ def settle(
                 "reason": reason,
                 "rule": outcome.rule,
                 "action": outcome.action,
-                "matched": json.dumps(outcome.matched) if outcome.matched else None,
+                "matched": records.json_text(outcome.matched),
                 "overrides": outcome.overrides,
                 "run": outcome.workflow_run_id,
                 "key": key,
                 "fingerprint": outcome.fingerprint,
-                "would": json.dumps(outcome.would) if outcome.would else None,
+                "would": records.json_text(outcome.would),
                 "retry_at": outcome.retry_at,
                 "calls": json.dumps(_calls(connection, outcome.dlq_id) + list(outcome.calls)),
                 "event": _event(state, now, reason=reason, rule=outcome.rule),
@@ -199,17 +196,9 @@ def settle(
         ).rowcount
         if held and outcome.notifications:  # the outbox: in the decision's own commit
             notify.enqueue(connection, outcome.dlq_id, outcome.notifications, now)
-        if held and stopped:
-            assert outcome.rule is not None
-            over_budget.append((outcome.dlq_id, outcome.rule))
-        if held and state == "decided":
-            assert outcome.action is not None
-            assert outcome.overrides is not None
-            assert outcome.rule is not None
-            decided.append(
-                Pending(outcome.dlq_id, outcome.action, outcome.overrides, outcome.rule, now)
-            )
-    return Settled(decided, over_budget)
+        if held:
+            records.tally(settled, outcome, state, stopped, now)
+    return settled
 
 
 def _calls(connection: sqlite3.Connection, dlq_id: str) -> list[Any]:
@@ -222,7 +211,7 @@ def pending(connection: sqlite3.Connection) -> list[Pending]:
         "SELECT dlq_id, action, overrides, rule, decided_at FROM callbacks "
         "WHERE state = 'decided' ORDER BY decided_at, dlq_id"
     ).fetchall()
-    return [Pending(*row) for row in rows]
+    return [records.pending_from(row) for row in rows]
 
 
 def open_batch(
@@ -333,7 +322,7 @@ def _decided(connection: sqlite3.Connection, dlq_ids: Iterable[str]) -> list[Pen
         "ORDER BY decided_at, dlq_id",
         (json.dumps(list(dlq_ids)),),
     ).fetchall()
-    return [Pending(*row) for row in rows]
+    return [records.pending_from(row) for row in rows]
 
 
 def unsettled_batches(connection: sqlite3.Connection) -> list[BatchRecord]:
@@ -341,10 +330,7 @@ def unsettled_batches(connection: sqlite3.Connection) -> list[BatchRecord]:
         "SELECT id, action, overrides, dlq_ids, created_at, sent_at FROM batches "
         "WHERE state = 'pending' ORDER BY id"
     ).fetchall()
-    return [
-        BatchRecord(batch_id, action, overrides, tuple(json.loads(ids)), created_at, sent_at)
-        for batch_id, action, overrides, ids, created_at, sent_at in rows
-    ]
+    return [records.batch_from(row, json.loads) for row in rows]
 
 
 def sends(connection: sqlite3.Connection, dlq_ids: Sequence[str]) -> dict[str, int]:
@@ -365,51 +351,17 @@ def record(connection: sqlite3.Connection, dlq_id: str) -> dict[str, Any] | None
     ).fetchone()
     if row is None:
         return None
-    (dlq_id, state, reason, rule, action, matched, overrides, run, would, tries, sent,
-     batch_ids, calls, history, received_at, decided_at, updated_at) = row  # fmt: skip
+    found = RecordRow(*row)
     batches = []
-    for batch_id in json.loads(batch_ids):
-        found = connection.execute(
+    for batch_id in json.loads(found.batch_ids):
+        batch = connection.execute(
             "SELECT id, action, state, created_at, sent_at, settled_at, reason, runs, calls, "
-            "dlq_ids FROM batches WHERE id = ?",
+            "json_array_length(dlq_ids) FROM batches WHERE id = ?",
             (batch_id,),
         ).fetchone()
-        if found is not None:  # a batch whose dlqIds were all pruned is pruned with them
-            (number, kind, batch_state, created, sent_at, settled, why, runs, batch_calls,
-             ids) = found  # fmt: skip
-            batches.append(
-                {
-                    "id": number,
-                    "action": kind,
-                    "state": batch_state,
-                    "size": len(json.loads(ids)),
-                    "createdAt": created,
-                    "sentAt": sent_at,
-                    "settledAt": settled,
-                    "reason": why,
-                    "workflowRuns": json.loads(runs),
-                    "calls": json.loads(batch_calls),
-                }
-            )
-    return {
-        "dlqId": dlq_id,
-        "state": state,
-        "reason": reason,
-        "rule": rule,
-        "action": action,
-        "matchedRules": json.loads(matched) if matched else [],
-        "overrides": json.loads(overrides) if overrides else None,
-        "workflowRunId": run,
-        "wouldCall": json.loads(would) if would else None,
-        "fetchAttempts": tries,
-        "sends": sent,
-        "calls": json.loads(calls),
-        "batches": batches,
-        "history": json.loads(history),
-        "receivedAt": received_at,
-        "decidedAt": decided_at,
-        "updatedAt": updated_at,
-    }
+        if batch is not None:  # a batch whose dlqIds were all pruned is pruned with them
+            batches.append(records.batch_json(batch, json.loads))
+    return records.record_json(found, batches, json.loads)
 
 
 def inbox_depth(connection: sqlite3.Connection) -> int:
@@ -420,7 +372,7 @@ def inbox_depth(connection: sqlite3.Connection) -> int:
 def status(connection: sqlite3.Connection, now: float) -> dict[str, Any]:
     """Counts by state, batches not yet settled, and the age of the oldest dlqId not in
     a final state. A few index reads whatever the size of the table: a scrape runs it."""
-    counts = dict.fromkeys(STATES, 0)
+    counts: dict[str, int] = dict.fromkeys(STATES, 0)
     counts.update(connection.execute("SELECT state, n FROM state_counts").fetchall())
     (batches,) = connection.execute(
         "SELECT count(*) FROM batches WHERE state = 'pending'"
@@ -435,11 +387,7 @@ def status(connection: sqlite3.Connection, now: float) -> dict[str, Any]:
         )
         + ")"
     ).fetchone()
-    return {
-        "states": counts,
-        "pendingBatches": batches,
-        "oldestPendingSeconds": max(0.0, now - oldest) if oldest is not None else 0.0,
-    }
+    return records.status_json(counts, batches, oldest, now)
 
 
 def redrive(

@@ -13,9 +13,18 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from daemon.store.sweep_records import PageOutcome, SweepPage, SweepResult, SweepRun
-
-KEEP_RUNS = 100
+from daemon.store.sweep_records import (
+    KEEP_RUNS,
+    LOST_ANSWER,
+    PAGE_COLUMNS,
+    RUN_COLUMNS,
+    PageOutcome,
+    SweepResult,
+    SweepRun,
+    interrupted_error,
+    page_from,
+    run_from,
+)
 
 # One migration (see sqlite.MIGRATIONS).
 SCHEMA = """
@@ -51,14 +60,6 @@ SCHEMA = """
         PRIMARY KEY (run_id, page)
     );
 """
-
-_RUN_COLUMNS = (
-    "id, sweep, action, dry_run, filter, overrides, max_per_run, started_at, finished_at, "
-    "result, error, pages, workflows, cursor"
-)
-_PAGE_COLUMNS = (
-    "page, count, cursor, sent_at, answered_at, outcome, next_cursor, items, error"
-)  # fmt: skip
 
 
 def begin_run(
@@ -155,42 +156,35 @@ def close_interrupted(
     """End as `interrupted` every run under way (of `sweep`, when given): its process is
     gone. A page still `sending` becomes `unknown`: its call may have been carried out.
     The runs closed, as they now are."""
-    query = f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE result IS NULL"
+    query = f"SELECT {RUN_COLUMNS} FROM sweep_runs WHERE result IS NULL"
     params: tuple[Any, ...] = ()
     if sweep is not None:
         query, params = query + " AND sweep = ?", (sweep,)
     closed = []
     for row in connection.execute(query, params).fetchall():
-        run = _run(row)
+        run = run_from(row, json.loads)
         sending = connection.execute(
             "SELECT page, count FROM sweep_pages WHERE run_id = ? AND outcome = 'sending'",
             (run.id,),
         ).fetchone()
-        if sending is None:
-            error = "cut short between two pages (recoveryd stopped)"
-        else:
-            page, count = sending
-            lost = "the listing's answer was lost" if run.dry_run else (
-                f"the service may have recovered up to {count} runs that are not recorded "
-                "here (they left the DLQ, so none is recovered twice)"
-            )  # fmt: skip
-            error = f"cut short (recoveryd stopped) while page {page} was out: {lost}"
+        error = interrupted_error(run, sending)
+        if sending is not None:
             settle_page(
-                connection, run.id, page, outcome="unknown", items=(), next_cursor=None,
-                error="no answer recorded: recoveryd stopped while the call was out", now=now,
+                connection, run.id, sending[0], outcome="unknown", items=(), next_cursor=None,
+                error=LOST_ANSWER, now=now,
             )  # fmt: skip
         finish_run(connection, run.id, "interrupted", error, now)
-        closed.append(_with_pages(connection, _run(_select_run(connection, run.id))))
+        closed.append(_with_pages(connection, _select_run(connection, run.id)))
     return closed
 
 
 def runs(connection: sqlite3.Connection, sweep: str, limit: int) -> list[SweepRun]:
     """The latest `limit` runs of `sweep`, newest first, with their pages."""
     rows = connection.execute(
-        f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE sweep = ? ORDER BY id DESC LIMIT ?",
+        f"SELECT {RUN_COLUMNS} FROM sweep_runs WHERE sweep = ? ORDER BY id DESC LIMIT ?",
         (sweep, limit),
     ).fetchall()
-    return [_with_pages(connection, _run(row)) for row in rows]
+    return [_with_pages(connection, run_from(row, json.loads)) for row in rows]
 
 
 def last_successes(connection: sqlite3.Connection) -> dict[str, float]:
@@ -207,44 +201,19 @@ def _forget_old_runs(connection: sqlite3.Connection, sweep: str) -> None:
     connection.execute(f"DELETE FROM sweep_runs WHERE id IN ({old})", (sweep, KEEP_RUNS))
 
 
-def _select_run(connection: sqlite3.Connection, run_id: int) -> tuple[Any, ...]:
-    row: tuple[Any, ...] = connection.execute(
-        f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE id = ?", (run_id,)
+def _select_run(connection: sqlite3.Connection, run_id: int) -> SweepRun:
+    row = connection.execute(
+        f"SELECT {RUN_COLUMNS} FROM sweep_runs WHERE id = ?", (run_id,)
     ).fetchone()
-    return row
+    return run_from(row, json.loads)
 
 
 def _with_pages(connection: sqlite3.Connection, run: SweepRun) -> SweepRun:
     rows = connection.execute(
-        f"SELECT {_PAGE_COLUMNS} FROM sweep_pages WHERE run_id = ? ORDER BY page", (run.id,)
+        f"SELECT {PAGE_COLUMNS} FROM sweep_pages WHERE run_id = ? ORDER BY page", (run.id,)
     ).fetchall()
-    pages = tuple(
-        SweepPage(page, count, cursor, sent_at, answered_at, outcome, next_cursor,
-                  tuple(json.loads(items)), error)
-        for page, count, cursor, sent_at, answered_at, outcome, next_cursor, items, error in rows
-    )  # fmt: skip
+    pages = tuple(page_from(row, json.loads) for row in rows)
     return dataclasses.replace(run, page_records=pages)
-
-
-def _run(row: tuple[Any, ...]) -> SweepRun:
-    (run_id, sweep, action, dry_run, filter, overrides, max_per_run, started_at, finished_at,
-     result, error, pages, workflows, cursor) = row  # fmt: skip
-    return SweepRun(
-        id=run_id,
-        sweep=sweep,
-        action=action,
-        dry_run=bool(dry_run),
-        filter=json.loads(filter),
-        overrides=None if overrides is None else json.loads(overrides),
-        max_per_run=max_per_run,
-        started_at=started_at,
-        finished_at=finished_at,
-        result=result,
-        error=error,
-        pages=pages,
-        workflows=workflows,
-        cursor=cursor,
-    )
 
 
 def _dumps(value: Any) -> str:

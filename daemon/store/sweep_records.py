@@ -11,8 +11,11 @@ either a page that surely never went out or one whose answer was lost (`unknown`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from daemon.store.records import Load
 
 SweepResult = Literal["success", "failure", "unknown", "interrupted", "dry-run"]
 SWEEP_RESULTS: tuple[SweepResult, ...] = (
@@ -97,3 +100,67 @@ class SweepRun:
         if pages:
             answer["pages"] = [page.to_json() for page in self.page_records]
         return answer
+
+
+# The values both stores (sqlite_sweeps.py, postgres/sweeps.py) answer, built from their
+# rows: each function takes the columns named beside it, in that order. `load` decodes a
+# JSON column (filter, overrides, items) as the store's driver returns it: SQLite's are
+# text written with sorted keys (`json.loads`); PostgreSQL's jsonb come back decoded, and
+# are put in that sorted-key form (postgres/sweeps.py `_canonical`).
+
+# Only the latest KEEP_RUNS runs of each sweep are kept: older ones go when a run finishes.
+KEEP_RUNS = 100
+
+RUN_COLUMNS = (
+    "id, sweep, action, dry_run, filter, overrides, max_per_run, started_at, finished_at, "
+    "result, error, pages, workflows, cursor"
+)
+PAGE_COLUMNS = (
+    "page, count, cursor, sent_at, answered_at, outcome, next_cursor, items, error"
+)  # fmt: skip
+
+# The error a page still `sending` is settled with when its run is closed as interrupted.
+LOST_ANSWER = "no answer recorded: recoveryd stopped while the call was out"
+
+
+def run_from(row: Sequence[Any], load: Load) -> SweepRun:
+    """A run, without its pages, from RUN_COLUMNS."""
+    (run_id, sweep, action, dry_run, filter, overrides, max_per_run, started_at, finished_at,
+     result, error, pages, workflows, cursor) = row  # fmt: skip
+    return SweepRun(
+        id=run_id,
+        sweep=sweep,
+        action=action,
+        dry_run=bool(dry_run),
+        filter=load(filter),
+        overrides=None if overrides is None else load(overrides),
+        max_per_run=max_per_run,
+        started_at=started_at,
+        finished_at=finished_at,
+        result=result,
+        error=error,
+        pages=pages,
+        workflows=workflows,
+        cursor=cursor,
+    )
+
+
+def page_from(row: Sequence[Any], load: Load) -> SweepPage:
+    """A page of a run from PAGE_COLUMNS."""
+    page, count, cursor, sent_at, answered_at, outcome, next_cursor, items, error = row
+    return SweepPage(
+        page, count, cursor, sent_at, answered_at, outcome, next_cursor, tuple(load(items)), error
+    )
+
+
+def interrupted_error(run: SweepRun, sending: Sequence[Any] | None) -> str:
+    """Why `run` ended `interrupted`, given its page still `sending` (`page, count`), or
+    None when it was cut short between two pages."""
+    if sending is None:
+        return "cut short between two pages (recoveryd stopped)"
+    page, count = sending
+    lost = "the listing's answer was lost" if run.dry_run else (
+        f"the service may have recovered up to {count} runs that are not recorded "
+        "here (they left the DLQ, so none is recovered twice)"
+    )  # fmt: skip
+    return f"cut short (recoveryd stopped) while page {page} was out: {lost}"

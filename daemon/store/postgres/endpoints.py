@@ -30,45 +30,31 @@ waiting for these locks.)
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from daemon.durations import shown_duration
+from daemon.store import removals
 from daemon.store.postgres.db import Connection, jsonb
-from daemon.store.records import Outcome, State
+from daemon.store.records import Outcome, State, decoded
 from daemon.store.removals import (
-    COUNTED,
+    COLUMNS,
+    COUNTED_SQL,
+    DLQ_STATE,
+    HOUR,
+    LISTED_COLUMNS,
     OPEN,
+    OPEN_SQL,
     EndpointFailure,
     Evidence,
     Removal,
     RemovalResult,
-    RestoreRefused,
     shown,
 )
 
-HOUR = 3600.0
 # The advisory lock under which the removals of the last hour are counted against the
 # cap and an intent recorded: "removals" in ASCII (schema.MIGRATION_LOCK is another).
 CAP_LOCK = 0x72656D6F76616C73
-# What a removal's outcome makes of the dlqId whose failure reached the threshold: done
-# when the endpoint is out of the group, skipped when it was held back, failed when the
-# service refused the removal.
-DLQ_STATE: dict[RemovalResult, State] = {
-    "removed": "done",
-    "gone": "done",
-    "kept_last": "skipped",
-    "capped": "skipped",
-    "read_failed": "skipped",
-    "failed": "failed",
-}
-_OPEN = ", ".join(f"'{state}'" for state in OPEN)  # literals, so the partial index is used
-_COUNTED = ", ".join(f"'{state}'" for state in COUNTED)
-_COLUMNS = (
-    "id, url_group, endpoint, endpoint_name, endpoint_url, rule, keep_last, state, reason, "
-    "tries, dlq_id"
-)
 # An endpoint's advisory lock key: the same expression wherever it is taken.
 _ENDPOINT_KEY = "hashtextextended(%s || ' ' || %s, 0)"
 
@@ -139,7 +125,7 @@ async def count_failure(
     )
     cursor = await connection.execute(
         f"SELECT id FROM endpoint_removals WHERE url_group = %s AND endpoint = %s "
-        f"AND state IN ({_OPEN}) ORDER BY id LIMIT 1",
+        f"AND state IN ({OPEN_SQL}) ORDER BY id LIMIT 1",
         (group, endpoint),
     )
     under_way = await cursor.fetchone()
@@ -190,37 +176,25 @@ async def _window(
         (group, endpoint),
     )
     rows = await cursor.fetchall()
-    if not rows:
-        return []
-    latest = rows[-1][2]
-    return [Evidence(*row) for row in rows if row[2] >= latest - within]
+    return removals.window(rows, within)
 
 
 async def due(connection: Connection, now: float) -> list[Removal]:
     """The removals not finished whose next step is due, oldest first."""
     cursor = await connection.execute(
-        f"SELECT {_COLUMNS} FROM endpoint_removals "
-        f"WHERE state IN ({_OPEN}) AND (retry_at IS NULL OR retry_at <= %s) ORDER BY id",
+        f"SELECT {COLUMNS} FROM endpoint_removals "
+        f"WHERE state IN ({OPEN_SQL}) AND (retry_at IS NULL OR retry_at <= %s) ORDER BY id",
         (now,),
     )
-    return [_removal(row) for row in await cursor.fetchall()]
-
-
-def _removal(row: Sequence[Any]) -> Removal:
-    (removal_id, group, endpoint, name, url, rule, keep_last, state, reason, tries,
-     dlq_id) = row  # fmt: skip
-    return Removal(
-        removal_id, group, endpoint, name, url, rule, bool(keep_last), state, reason, tries,
-        dlq_id,
-    )  # fmt: skip
+    return [removals.removal(row) for row in await cursor.fetchall()]
 
 
 async def get(connection: Connection, removal_id: int) -> Removal | None:
     cursor = await connection.execute(
-        f"SELECT {_COLUMNS} FROM endpoint_removals WHERE id = %s", (removal_id,)
+        f"SELECT {COLUMNS} FROM endpoint_removals WHERE id = %s", (removal_id,)
     )
     row = await cursor.fetchone()
-    return None if row is None else _removal(row)
+    return None if row is None else removals.removal(row)
 
 
 async def _locked(connection: Connection, removal_id: int) -> Removal | None:
@@ -235,10 +209,10 @@ async def _locked(connection: Connection, removal_id: int) -> Removal | None:
         return None
     await _lock_endpoint(connection, row[0], row[1])
     cursor = await connection.execute(
-        f"SELECT {_COLUMNS} FROM endpoint_removals WHERE id = %s FOR UPDATE", (removal_id,)
+        f"SELECT {COLUMNS} FROM endpoint_removals WHERE id = %s FOR UPDATE", (removal_id,)
     )
     row = await cursor.fetchone()
-    return None if row is None else _removal(row)
+    return None if row is None else removals.removal(row)
 
 
 async def defer(
@@ -257,7 +231,7 @@ async def defer(
     await connection.execute(
         "UPDATE endpoint_removals SET tries = tries + %s, retry_at = %s, reason = %s, "
         "updated_at = %s "
-        f"WHERE id = %s AND state IN ({_OPEN})",
+        f"WHERE id = %s AND state IN ({OPEN_SQL})",
         (int(tried), retry_at, reason, now, removal_id),
     )
     await _add_calls(connection, removal_id, calls)
@@ -285,22 +259,15 @@ async def intend(
     # Held to the commit of the intent: the next replica's count then includes it.
     await connection.execute("SELECT pg_advisory_xact_lock(%s)", (CAP_LOCK,))
     cursor = await connection.execute(
-        f"SELECT count(*) FROM endpoint_removals WHERE intended_at >= %s AND state IN ({_COUNTED})",
+        "SELECT count(*) FROM endpoint_removals "
+        f"WHERE intended_at >= %s AND state IN ({COUNTED_SQL})",
         (now - HOUR,),
     )
     counted = await cursor.fetchone()
     made = counted[0] if counted else 0
     if made >= max_per_hour:
-        if max_per_hour == 0:
-            why = "removals are off (RECOVERYD_MAX_REMOVALS_PER_HOUR is 0)"
-        else:
-            why = (
-                f"{made} endpoints were removed in the last hour, the cap "
-                f"(RECOVERYD_MAX_REMOVALS_PER_HOUR)"
-            )
-        where = f"endpoint {shown(name, url)} of URL Group {removal.url_group}"
-        await finish(connection, removal_id, "capped", f"held back: {why}; {where} stays",
-                     calls=calls, now=now)  # fmt: skip
+        reason = removals.capped_reason(made, max_per_hour, removal.url_group, name, url)
+        await finish(connection, removal_id, "capped", reason, calls=calls, now=now)
     else:
         await connection.execute(
             "UPDATE endpoint_removals SET state = 'removing', intended_at = %s, "
@@ -341,9 +308,7 @@ async def finish(
         (removal_id, removal.url_group, removal.endpoint, row[0]),
     )
     later = await cursor.fetchall()
-    items = [
-        Evidence(*found).to_json() for found in sorted(later, key=lambda row: (row[2], row[0]))
-    ]
+    items = removals.later_evidence(later)
     await connection.execute(
         "UPDATE endpoint_removals SET state = %s, reason = %s, evidence = evidence || %s, "
         "retry_at = NULL, finished_at = %s, updated_at = %s WHERE id = %s",
@@ -376,25 +341,13 @@ async def begin_restore(connection: Connection, group: str, name: str, now: floa
     was restored already. A restore cut short stays `restoring` and may be run again:
     adding an endpoint the group already has changes nothing."""
     cursor = await connection.execute(
-        f"SELECT {_COLUMNS}, restore_state, restored_at FROM endpoint_removals "
+        f"SELECT {COLUMNS}, restore_state, restored_at FROM endpoint_removals "
         "WHERE url_group = %s AND state = 'removed' AND (endpoint_name = %s OR "
         "(endpoint_name IS NULL AND endpoint_url = %s)) ORDER BY id DESC LIMIT 1 FOR UPDATE",
         (group, name, name),
     )
     row = await cursor.fetchone()
-    if row is None:
-        raise RestoreRefused(
-            f"no removal of endpoint {name!r} from URL Group {group!r} is recorded "
-            "(`recoveryd removals` lists them; an endpoint without a name goes by its url)",
-            "unknown",
-        )
-    removal = _removal(row[:11])
-    if row[11] == "restored":
-        raise RestoreRefused(
-            f"endpoint {name!r} of URL Group {group!r} was restored already "
-            f"(removal {removal.id}, restored at {_iso(row[12])})",
-            "restored",
-        )
+    removal = removals.restorable(row, group, name)
     await connection.execute(
         "UPDATE endpoint_removals SET restore_state = 'restoring', updated_at = %s WHERE id = %s",
         (now, removal.id),
@@ -427,48 +380,9 @@ async def listed(
     `/api/v1/removals` answers them."""
     where, params = ("WHERE url_group = %s", (group,)) if group is not None else ("", ())
     cursor = await connection.execute(
-        "SELECT id, url_group, endpoint_name, endpoint_url, rule, threshold_failures, "
-        "threshold_within, keep_last, dlq_id, state, reason, evidence, tries, calls, "
-        "created_at, intended_at, finished_at, restore_state, restore_reason, restored_at, "
-        f"updated_at FROM endpoint_removals {where} ORDER BY id DESC LIMIT %s",
+        f"SELECT {LISTED_COLUMNS} FROM endpoint_removals {where} ORDER BY id DESC LIMIT %s",
         (*params, limit),
     )
     rows = await cursor.fetchall()
-    answer = []
-    for row in reversed(rows):
-        (removal_id, url_group, name, url, rule, failures, within, keep_last, dlq_id, state,
-         reason, evidence, tries, calls, created, intended, finished, restore_state,
-         restore_reason, restored_at, updated) = row  # fmt: skip
-        answer.append(
-            {
-                "id": removal_id,
-                "urlGroup": url_group,
-                "endpoint": {"name": name, "url": url},
-                "rule": rule,
-                "threshold": {"failures": failures, "withinSeconds": within},
-                "keepLastEndpoint": bool(keep_last),
-                "state": state,
-                "reason": reason,
-                "dlqId": dlq_id,
-                "evidence": evidence,  # jsonb: psycopg hands it out as Python values
-                "tries": tries,
-                "createdAt": created,
-                "intendedAt": intended,
-                "finishedAt": finished,
-                "restore": {
-                    "state": restore_state,
-                    "reason": restore_reason,
-                    "restoredAt": restored_at,
-                },
-                "calls": calls,
-                "updatedAt": updated,
-            }
-        )
-    return answer
-
-
-def _iso(at: float | None) -> str:
-    if at is None:
-        return "?"
-    moment = datetime.datetime.fromtimestamp(at, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # jsonb: psycopg hands it out as Python values
+    return [removals.listed(row, load=decoded) for row in reversed(rows)]

@@ -17,34 +17,29 @@ several replicas sharing one database need, at READ COMMITTED:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from daemon.store import records
 from daemon.store.postgres import endpoints, lineage, notify
 from daemon.store.postgres.db import Connection, jsonb
 from daemon.store.records import (
-    OVER_BUDGET,
     STATES,
+    UNFINISHED,
     BatchRecord,
     Claimed,
     Outcome,
     Pending,
+    RecordRow,
     Settled,
     State,
     check_final,
 )
 
-# Not final: what status() reports the oldest of.
-UNFINISHED = ("received", "decided", "batched")
 # Appends the event parameter (a jsonb object) to a record's history.
 _HISTORY = "history = history || jsonb_build_array(%(event)s::jsonb)"
 # The advisory lock (pg_try_advisory_xact_lock) of folding the count deltas: "rdcounts".
 FOLD_LOCK = 0x7264636F756E7473
-
-
-def _event(state: str, at: float, **detail: Any) -> dict[str, Any]:
-    return {"state": state, "at": at, **{k: v for k, v in detail.items() if v}}
 
 
 async def claim(
@@ -85,22 +80,14 @@ async def settle(
     locked = await _lock_budgets(connection, outcomes)
     failures = [outcome.endpoint_failure for outcome in outcomes if outcome.endpoint_failure]
     await endpoints.lock_endpoints(connection, failures)
-    decided, over_budget = [], []
+    settled = Settled([], [])
     for outcome in outcomes:
         held, state, stopped = await _settle_one(connection, owner, outcome, now, locked)
         if held and outcome.notifications:  # the outbox: in the decision's own commit
             await notify.enqueue(connection, outcome.dlq_id, outcome.notifications, now)
-        if held and stopped:
-            assert outcome.rule is not None
-            over_budget.append((outcome.dlq_id, outcome.rule))
-        if held and state == "decided":
-            assert outcome.action is not None
-            assert outcome.overrides is not None
-            assert outcome.rule is not None
-            decided.append(
-                Pending(outcome.dlq_id, outcome.action, outcome.overrides, outcome.rule, now)
-            )
-    return Settled(decided, over_budget)
+        if held:
+            records.tally(settled, outcome, state, stopped, now)
+    return settled
 
 
 async def _lock_budgets(connection: Connection, outcomes: Sequence[Outcome]) -> set[str]:
@@ -148,10 +135,7 @@ async def _settle_one(
         made = await lineage.recoveries(connection, key, budget.since, exclude=outcome.dlq_id)
         if made >= budget.max_recoveries:
             state, stopped = "skipped", True
-            reason = (
-                f"{OVER_BUDGET}workflow {key} (this run: {outcome.workflow_run_id}) was "
-                f"already recovered {made} times in the rule's window, its maxRecoveries"
-            )
+            reason = records.over_budget_reason(key, outcome.workflow_run_id, made)
     if outcome.endpoint_failure is not None:  # remove-endpoint: counted in this commit
         counted = await endpoints.count_failure(connection, owner, outcome, now)
         state, reason = counted or (state, reason)
@@ -187,15 +171,15 @@ async def _record_outcome(
             "reason": reason,
             "rule": outcome.rule,
             "action": outcome.action,
-            "matched": json.dumps(outcome.matched) if outcome.matched else None,
+            "matched": records.json_text(outcome.matched),
             "overrides": outcome.overrides,
             "run": outcome.workflow_run_id,
             "key": key,
             "fingerprint": outcome.fingerprint,
-            "would": json.dumps(outcome.would) if outcome.would else None,
+            "would": records.json_text(outcome.would),
             "retry_at": outcome.retry_at,
             "calls": jsonb(list(outcome.calls)),
-            "event": jsonb(_event(state, now, reason=reason, rule=outcome.rule)),
+            "event": jsonb(records.event(state, now, reason=reason, rule=outcome.rule)),
             "now": now,
             "dlq_id": outcome.dlq_id,
             "owner": owner,
@@ -209,7 +193,7 @@ async def pending(connection: Connection) -> list[Pending]:
         "SELECT dlq_id, action, overrides, rule, decided_at FROM callbacks "
         "WHERE state = 'decided' ORDER BY decided_at, dlq_id"
     )
-    return [Pending(*row) for row in await cursor.fetchall()]
+    return [records.pending_from(row) for row in await cursor.fetchall()]
 
 
 async def open_batch(
@@ -247,7 +231,7 @@ async def open_batch(
             "ids": list(dlq_ids),
             "now": now,
             "batch": batch_id,
-            "event": jsonb(_event("batched", now, batch=batch_id)),
+            "event": jsonb(records.event("batched", now, batch=batch_id)),
         },
     )
     taken = {dlq_id for (dlq_id,) in await cursor.fetchall()}
@@ -341,7 +325,7 @@ async def _move(
             "state": state,
             "reason": reason,
             "now": now,
-            "event": jsonb(_event(state, now, batch=batch_id, reason=reason)),
+            "event": jsonb(records.event(state, now, batch=batch_id, reason=reason)),
             "ids": dlq_ids,
         },
     )
@@ -355,7 +339,7 @@ async def _decided(connection: Connection, dlq_ids: Iterable[str]) -> list[Pendi
         "ORDER BY decided_at, dlq_id",
         (list(dlq_ids),),
     )
-    return [Pending(*row) for row in await cursor.fetchall()]
+    return [records.pending_from(row) for row in await cursor.fetchall()]
 
 
 async def unsettled_batches(connection: Connection) -> list[BatchRecord]:
@@ -363,10 +347,7 @@ async def unsettled_batches(connection: Connection) -> list[BatchRecord]:
         "SELECT id, action, overrides, dlq_ids, created_at, sent_at FROM batches "
         "WHERE state = 'pending' ORDER BY id"
     )
-    return [
-        BatchRecord(batch_id, action, overrides, tuple(ids), created_at, sent_at)
-        for batch_id, action, overrides, ids, created_at, sent_at in await cursor.fetchall()
-    ]
+    return [records.batch_from(row, records.decoded) for row in await cursor.fetchall()]
 
 
 async def sends(connection: Connection, dlq_ids: Sequence[str]) -> dict[str, int]:
@@ -388,27 +369,8 @@ async def record(connection: Connection, dlq_id: str) -> dict[str, Any] | None:
     row = await cursor.fetchone()
     if row is None:
         return None
-    (dlq_id, state, reason, rule, action, matched, overrides, run, would, tries, sent,
-     batch_ids, calls, history, received_at, decided_at, updated_at) = row  # fmt: skip
-    return {
-        "dlqId": dlq_id,
-        "state": state,
-        "reason": reason,
-        "rule": rule,
-        "action": action,
-        "matchedRules": json.loads(matched) if matched else [],
-        "overrides": json.loads(overrides) if overrides else None,
-        "workflowRunId": run,
-        "wouldCall": json.loads(would) if would else None,
-        "fetchAttempts": tries,
-        "sends": sent,
-        "calls": calls,
-        "batches": await _batches(connection, batch_ids),
-        "history": history,
-        "receivedAt": received_at,
-        "decidedAt": decided_at,
-        "updatedAt": updated_at,
-    }
+    found = RecordRow(*row)
+    return records.record_json(found, await _batches(connection, found.batch_ids), records.decoded)
 
 
 async def _batches(connection: Connection, batch_ids: list[int]) -> list[dict[str, Any]]:
@@ -421,24 +383,8 @@ async def _batches(connection: Connection, batch_ids: list[int]) -> list[dict[st
     found = {row[0]: row for row in await cursor.fetchall()}
     batches = []
     for batch_id in batch_ids:
-        if batch_id not in found:  # a batch whose dlqIds were all pruned is pruned with them
-            continue
-        (number, kind, batch_state, created, sent_at, settled, why, runs, batch_calls,
-         size) = found[batch_id]  # fmt: skip
-        batches.append(
-            {
-                "id": number,
-                "action": kind,
-                "state": batch_state,
-                "size": size,
-                "createdAt": created,
-                "sentAt": sent_at,
-                "settledAt": settled,
-                "reason": why,
-                "workflowRuns": runs,
-                "calls": batch_calls,
-            }
-        )
+        if batch_id in found:  # a batch whose dlqIds were all pruned is pruned with them
+            batches.append(records.batch_json(found[batch_id], records.decoded))
     return batches
 
 
@@ -474,11 +420,7 @@ async def status(connection: Connection, now: float) -> dict[str, Any]:
     )
     row = await cursor.fetchone()
     oldest = row[0] if row else None
-    return {
-        "states": counts,
-        "pendingBatches": batches,
-        "oldestPendingSeconds": max(0.0, now - oldest) if oldest is not None else 0.0,
-    }
+    return records.status_json(counts, batches, oldest, now)
 
 
 async def _fold(connection: Connection) -> None:

@@ -18,17 +18,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon.store.postgres.db import Connection, jsonb
-from daemon.store.sweep_records import PageOutcome, SweepPage, SweepResult, SweepRun
-
-KEEP_RUNS = 100
-
-_RUN_COLUMNS = (
-    "id, sweep, action, dry_run, filter, overrides, max_per_run, started_at, finished_at, "
-    "result, error, pages, workflows, cursor"
+from daemon.store.sweep_records import (
+    KEEP_RUNS,
+    LOST_ANSWER,
+    PAGE_COLUMNS,
+    RUN_COLUMNS,
+    PageOutcome,
+    SweepResult,
+    SweepRun,
+    interrupted_error,
+    page_from,
+    run_from,
 )
-_PAGE_COLUMNS = (
-    "page, count, cursor, sent_at, answered_at, outcome, next_cursor, items, error"
-)  # fmt: skip
 
 
 async def begin_run(
@@ -138,16 +139,16 @@ async def close_interrupted(
     The runs are locked as they are read (FOR UPDATE): a run another transaction is
     ending is waited for, then read again as it now is, and left out if it has ended;
     so a run is closed once, and never after it ended otherwise."""
-    query = f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE result IS NULL"
+    query = f"SELECT {RUN_COLUMNS} FROM sweep_runs WHERE result IS NULL"
     params: tuple[Any, ...] = ()
     if sweep is not None:
         query, params = query + " AND sweep = %s", (sweep,)
     cursor = await connection.execute(query + " ORDER BY id FOR UPDATE", params)
     closed = []
     for row in await cursor.fetchall():
-        run = _run(row)
+        run = run_from(row, _canonical)
         await _close(connection, run, now)
-        closed.append(await _with_pages(connection, _run(await _select_run(connection, run.id))))
+        closed.append(await _with_pages(connection, await _select_run(connection, run.id)))
     return closed
 
 
@@ -159,18 +160,11 @@ async def _close(connection: Connection, run: SweepRun, now: float) -> None:
         (run.id,),
     )
     sending = await cursor.fetchone()
-    if sending is None:
-        error = "cut short between two pages (recoveryd stopped)"
-    else:
-        page, count = sending
-        lost = "the listing's answer was lost" if run.dry_run else (
-            f"the service may have recovered up to {count} runs that are not recorded "
-            "here (they left the DLQ, so none is recovered twice)"
-        )  # fmt: skip
-        error = f"cut short (recoveryd stopped) while page {page} was out: {lost}"
+    error = interrupted_error(run, sending)
+    if sending is not None:
         await settle_page(
-            connection, run.id, page, outcome="unknown", items=(), next_cursor=None,
-            error="no answer recorded: recoveryd stopped while the call was out", now=now,
+            connection, run.id, sending[0], outcome="unknown", items=(), next_cursor=None,
+            error=LOST_ANSWER, now=now,
         )  # fmt: skip
     await finish_run(connection, run.id, "interrupted", error, now)
 
@@ -178,10 +172,12 @@ async def _close(connection: Connection, run: SweepRun, now: float) -> None:
 async def runs(connection: Connection, sweep: str, limit: int) -> list[SweepRun]:
     """The latest `limit` runs of `sweep`, newest first, with their pages."""
     cursor = await connection.execute(
-        f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE sweep = %s ORDER BY id DESC LIMIT %s",
+        f"SELECT {RUN_COLUMNS} FROM sweep_runs WHERE sweep = %s ORDER BY id DESC LIMIT %s",
         (sweep, limit),
     )
-    return [await _with_pages(connection, _run(row)) for row in await cursor.fetchall()]
+    return [
+        await _with_pages(connection, run_from(row, _canonical)) for row in await cursor.fetchall()
+    ]
 
 
 async def last_successes(connection: Connection) -> dict[str, float]:
@@ -201,47 +197,22 @@ async def _forget_old_runs(connection: Connection, sweep: str) -> None:
     )
 
 
-async def _select_run(connection: Connection, run_id: int) -> tuple[Any, ...]:
+async def _select_run(connection: Connection, run_id: int) -> SweepRun:
     cursor = await connection.execute(
-        f"SELECT {_RUN_COLUMNS} FROM sweep_runs WHERE id = %s", (run_id,)
+        f"SELECT {RUN_COLUMNS} FROM sweep_runs WHERE id = %s", (run_id,)
     )
     row = await cursor.fetchone()
     assert row is not None  # locked by close_interrupted: still there
-    return row
+    return run_from(row, _canonical)
 
 
 async def _with_pages(connection: Connection, run: SweepRun) -> SweepRun:
     found = await connection.execute(
-        f"SELECT {_PAGE_COLUMNS} FROM sweep_pages WHERE run_id = %s ORDER BY page", (run.id,)
+        f"SELECT {PAGE_COLUMNS} FROM sweep_pages WHERE run_id = %s ORDER BY page", (run.id,)
     )
     rows = await found.fetchall()
-    pages = tuple(
-        SweepPage(page, count, cursor, sent_at, answered_at, outcome, next_cursor,
-                  tuple(_canonical(items)), error)
-        for page, count, cursor, sent_at, answered_at, outcome, next_cursor, items, error in rows
-    )  # fmt: skip
+    pages = tuple(page_from(row, _canonical) for row in rows)
     return dataclasses.replace(run, page_records=pages)
-
-
-def _run(row: tuple[Any, ...]) -> SweepRun:
-    (run_id, sweep, action, dry_run, filter, overrides, max_per_run, started_at, finished_at,
-     result, error, pages, workflows, cursor) = row  # fmt: skip
-    return SweepRun(
-        id=run_id,
-        sweep=sweep,
-        action=action,
-        dry_run=dry_run,
-        filter=_canonical(filter),
-        overrides=None if overrides is None else _canonical(overrides),
-        max_per_run=max_per_run,
-        started_at=started_at,
-        finished_at=finished_at,
-        result=result,
-        error=error,
-        pages=pages,
-        workflows=workflows,
-        cursor=cursor,
-    )
 
 
 def _canonical(value: Any) -> Any:
