@@ -20,12 +20,14 @@ from starlette.routing import Route
 from daemon.account import CredentialsFileError, RotationTiming, Rotator, Saved
 from daemon.account import credentials_file as credentials_files
 from daemon.account.rotation import missing_basic_credentials
+from daemon.account.vault import CredentialsStore, FileVault, StoreVault, Vault
 from daemon.admin import admin_app
 from daemon.descriptors import DescriptorWatch
 from daemon.endpoints.api import removal_routes
 from daemon.endpoints.remover import Remover
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
+from daemon.leadership import Leadership
 from daemon.listener import ListenerLimits, limited_protocol
 from daemon.metrics import Metrics
 from daemon.notify.notifier import Notifier
@@ -33,11 +35,12 @@ from daemon.pipeline import Pipeline, Tuning
 from daemon.pipeline.calls import observer
 from daemon.public_api import document as public_openapi
 from daemon.public_api import openapi_route
+from daemon.replicas import Heartbeat, replica_id
 from daemon.retention import Retention
 from daemon.rules.live import LiveRules
 from daemon.settings import PREFIX, Settings, SettingsError
 from daemon.store import Store, StoreUnavailable, open_store
-from daemon.supervisor import Supervisor
+from daemon.supervisor import Supervisor, Work
 from daemon.sweeps import Sweeper, SweepRunner, SweepTiming, sweep_routes
 from daemon.upstream import (
     BreakerPolicy,
@@ -94,24 +97,30 @@ async def running(
     """
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
     rules = LiveRules(settings.RULES, metrics, wall_clock=wall_clock)
-    credentials, saved = initial_credentials(settings)
-    missing = missing_basic_credentials(credentials)
-    if settings.ROTATE_SCHEDULE and missing:
-        raise SettingsError(f"{PREFIX}ROTATE_SCHEDULE: {missing}")
+    if settings.CREDENTIALS_KEY is None:  # else read once the store is open
+        check_rotation(settings, (await initial_credentials(settings, None))[0])
     observe = metrics.commit_size.observe
     supervisor = Supervisor(metrics)
     async with (
         open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store,
         httpx.AsyncClient(timeout=http_timeout) as http,
     ):
+        vault = vault_for(settings, store)
+        credentials, saved = await initial_credentials(settings, vault)
+        check_rotation(settings, credentials)
         client, rotator = account(
-            settings, http, store, metrics, credentials, saved, retry, rotation, wall_clock,
-            supervisor, breaker,
+            settings, http, store, metrics, vault, credentials, saved, retry, rotation,
+            wall_clock, supervisor, breaker,
         )  # fmt: skip
         client.on_breaker_change = _breaker_watch(metrics)
+        replica = replica_id()
         pipeline = Pipeline(
-            store, client, rules, metrics, dry_run=settings.DRY_RUN, tuning=tuning,
-            supervisor=supervisor, wall_clock=wall_clock,
+            store, client, rules, metrics, dry_run=settings.DRY_RUN, replica=replica,
+            tuning=tuning, supervisor=supervisor, wall_clock=wall_clock,
+        )  # fmt: skip
+        heartbeat = Heartbeat(
+            store, replica, metrics, lease=settings.REPLICA_LEASE, limiter=client.limiter,
+            on_gone=pipeline.replicas_gone, wall_clock=wall_clock,
         )  # fmt: skip
         retention = Retention(
             store, metrics, keep=settings.RETENTION, dlq_retention=rotator.dlq_retention,
@@ -147,20 +156,24 @@ async def running(
         )  # fmt: skip
         admin.include_router(sweep_routes(sweeper))
         admin.include_router(removal_routes(store, client, metrics, wall_clock))
-        pruning = supervisor.spawn("retention", retention.run, required=False)
-        watching = supervisor.spawn("descriptors", descriptors.run, required=False)
-        removing = supervisor.spawn(
-            "endpoint-remover", _remover(settings, store, client, metrics, tuning, wall_clock).run,
-            required=False,
-        )  # fmt: skip
+        remover = _remover(settings, store, client, metrics, tuning, wall_clock)
+        singletons = Leadership(
+            store.singleton_lock(),
+            [
+                rotator.running,
+                sweeper.running,
+                lambda: _notifying(store, metrics, tuning, supervisor, wall_clock),
+                lambda: _supervised(supervisor, "retention", retention.run),
+                lambda: _supervised(supervisor, "endpoint-remover", remover.run),
+            ],
+            metrics,
+        )
         async with (
+            heartbeat.running(),
+            rotator.following(),
             pipeline.running(),
-            rotator.running(),
-            sweeper.running(),
-            _notifying(store, metrics, tuning, supervisor, wall_clock),
-            _cancelled_at_exit(pruning),
-            _cancelled_at_exit(watching),
-            _cancelled_at_exit(removing),
+            singletons.running(),
+            _supervised(supervisor, "descriptors", descriptors.run),
         ):
             yield Daemon(
                 store=store,
@@ -181,33 +194,58 @@ async def rotating_alone(
 ) -> AsyncIterator[Rotator]:
     """A rotator without the rest of the daemon, for `recoveryd rotate-token` when no
     daemon is running: the store (its leases left alone) and the service client."""
-    credentials, saved = initial_credentials(settings)
     metrics = Metrics(CollectorRegistry())
     async with (
         open_store(settings.STORE, release_leases=False) as store,
         httpx.AsyncClient(timeout=http_timeout) as http,
     ):
-        _, rotator = account(settings, http, store, metrics, credentials, saved)
+        vault = vault_for(settings, store)
+        credentials, saved = await initial_credentials(settings, vault)
+        _, rotator = account(settings, http, store, metrics, vault, credentials, saved)
         yield rotator
 
 
-def initial_credentials(settings: Settings) -> tuple[Credentials, Saved | None]:
-    """The credentials to start with: the credentials file's, when it exists, over the
-    environment's (a rotation has made those stale). SettingsError if the file is bad."""
+def vault_for(settings: Settings, store: Store | None) -> Vault | None:
+    """Where rotated credentials are kept: the store with RECOVERYD_CREDENTIALS_KEY, the
+    credentials file with RECOVERYD_CREDENTIALS_FILE, else nowhere (no rotation)."""
+    if settings.CREDENTIALS_KEY is not None:
+        if not isinstance(store, CredentialsStore):
+            raise SettingsError(f"{PREFIX}CREDENTIALS_KEY: needs a PostgreSQL store")
+        return StoreVault(store, settings.CREDENTIALS_KEY.get_secret_value())
+    if settings.CREDENTIALS_FILE is not None:
+        return FileVault(settings.CREDENTIALS_FILE)
+    return None
+
+
+async def initial_credentials(
+    settings: Settings, vault: Vault | None
+) -> tuple[Credentials, Saved | None]:
+    """The credentials to start with: the saved ones, when there are, over the
+    environment's (a rotation has made those stale). SettingsError if they are bad."""
     password = settings.ACCOUNT_PASSWORD.get_secret_value() if settings.ACCOUNT_PASSWORD else None
     from_environment = Credentials(settings.token() or "", settings.ACCOUNT_USERNAME, password)
-    path = settings.CREDENTIALS_FILE
-    if path is None:
+    if vault is None:
+        vault = vault_for(settings, None) if settings.CREDENTIALS_KEY is None else None
+    if vault is None:
         return from_environment, None
+    setting = "CREDENTIALS_KEY" if vault.shared else "CREDENTIALS_FILE"
     try:
-        saved = credentials_files.read(path)
+        saved = await vault.read()
     except CredentialsFileError as exc:
-        raise SettingsError(f"{PREFIX}CREDENTIALS_FILE: {exc}") from None
+        raise SettingsError(f"{PREFIX}{setting}: {exc}") from None
     if saved is None:
         return from_environment, None
-    if credentials_files.readable_by_others(path):
-        log.warning("the credentials file can be read by others; make it mode 0600", path=str(path))
+    if isinstance(vault, FileVault) and credentials_files.readable_by_others(vault.path):
+        log.warning("the credentials file can be read by others; make it mode 0600",
+                    path=str(vault.path))  # fmt: skip
     return credentials_files.merged(saved.credentials, from_environment), saved
+
+
+def check_rotation(settings: Settings, credentials: Credentials) -> None:
+    """SettingsError when a rotation is scheduled that could not be made."""
+    missing = missing_basic_credentials(credentials)
+    if settings.ROTATE_SCHEDULE and missing:
+        raise SettingsError(f"{PREFIX}ROTATE_SCHEDULE: {missing}")
 
 
 def account(
@@ -215,6 +253,7 @@ def account(
     http: httpx.AsyncClient,
     store: Store,
     metrics: Metrics,
+    vault: Vault | None,
     credentials: Credentials,
     saved: Saved | None,
     retry: RetryPolicy | None = None,
@@ -241,7 +280,7 @@ def account(
         holder,
         store,
         metrics,
-        credentials_file=settings.CREDENTIALS_FILE,
+        vault=vault,
         schedule=settings.ROTATE_SCHEDULE,
         timing=timing,
         supervisor=supervisor,
@@ -289,7 +328,9 @@ async def _notifying(
 
 
 @contextlib.asynccontextmanager
-async def _cancelled_at_exit(task: asyncio.Task[None]) -> AsyncIterator[None]:
+async def _supervised(supervisor: Supervisor, name: str, work: Work) -> AsyncIterator[None]:
+    """`work` under supervision for the block (not required for readiness)."""
+    task = supervisor.spawn(name, work, required=False)
     try:
         yield
     finally:

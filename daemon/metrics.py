@@ -259,6 +259,18 @@ class Metrics:
             "reasons are in /readyz's answer).",
             registry=registry,
         )
+        self.replicas = Gauge(
+            "recoveryd_replicas",
+            "Replicas sharing the store, this one included, as of its last heartbeat "
+            "(always 1 with SQLite).",
+            registry=registry,
+        )
+        self.singleton_holder = Gauge(
+            "recoveryd_singleton_jobs_running",
+            "1 on the one replica that runs the singleton jobs (token rotation, sweeps, "
+            "pruning, endpoint removals, notifications), 0 on the others.",
+            registry=registry,
+        )
         self.store_size = Gauge(
             "recoveryd_store_size_bytes",
             "Size of the store on disk (read at scrape time).",

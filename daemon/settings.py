@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from cryptography.fernet import Fernet
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -41,7 +42,14 @@ _PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
 _SECRETS = frozenset(
-    {"TOKEN", "ACCOUNT_PASSWORD", "SIGNING_KEY_CURRENT", "SIGNING_KEY_NEXT", "ADMIN_TOKEN"}
+    {
+        "TOKEN",
+        "ACCOUNT_PASSWORD",
+        "SIGNING_KEY_CURRENT",
+        "SIGNING_KEY_NEXT",
+        "ADMIN_TOKEN",
+        "CREDENTIALS_KEY",
+    }
 )
 
 
@@ -129,6 +137,7 @@ class Settings(BaseModel):
     ACCOUNT_USERNAME: str | None = None
     ACCOUNT_PASSWORD: SecretStr | None = None
     CREDENTIALS_FILE: Path | None = None
+    CREDENTIALS_KEY: SecretStr | None = None
     ROTATE_SCHEDULE: Annotated[str, AfterValidator(_schedule)] = ""
     SIGNING_KEY_CURRENT: SecretStr | None = None
     SIGNING_KEY_NEXT: SecretStr | None = None
@@ -153,6 +162,8 @@ class Settings(BaseModel):
     DRY_RUN: bool = False
     LOG_FORMAT: Literal["json", "console"] = "json"
     RETENTION: Duration = 7 * 86400.0
+    # How long a replica's work outlives its last heartbeat (daemon/replicas.py).
+    REPLICA_LEASE: Annotated[Duration, Field(ge=3)] = 30.0
 
     @field_validator("STORE")
     @classmethod
@@ -163,6 +174,21 @@ class Settings(BaseModel):
             return _postgres_url(value)
         shown = without_credentials(value)
         raise ValueError(f"must be sqlite:///PATH or postgresql://...; got {shown!r}")
+
+    @field_validator("CREDENTIALS_KEY")
+    @classmethod
+    def _fernet_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                Fernet(value.get_secret_value().strip())
+            except ValueError:
+                raise ValueError(
+                    "must be a Fernet key: 32 bytes in URL-safe base64, as `python -c "
+                    "'from cryptography.fernet import Fernet; print(Fernet.generate_key()"
+                    ".decode())'` prints"
+                ) from None
+            return SecretStr(value.get_secret_value().strip())
+        return value
 
     @field_validator(*_SECRETS)
     @classmethod
@@ -175,6 +201,7 @@ class Settings(BaseModel):
     def _consistent(self, info: ValidationInfo) -> Settings:
         problems = _across(
             lambda name: getattr(self, name) is not None,
+            postgres=self.STORE.startswith(("postgresql://", "postgres://")),
             rotating=bool(self.ROTATE_SCHEDULE.strip()),
             allow_unsigned=self.ALLOW_UNSIGNED,
             daemon=_for_daemon(info),
@@ -241,7 +268,12 @@ def _for_daemon(info: ValidationInfo) -> bool:
 
 
 def _across(
-    present: Callable[[str], bool], *, rotating: bool, allow_unsigned: bool, daemon: bool
+    present: Callable[[str], bool],
+    *,
+    postgres: bool,
+    rotating: bool,
+    allow_unsigned: bool,
+    daemon: bool,
 ) -> list[str]:
     """The checks across settings, one line each naming its variable. Only presence
     matters to them, so they run on the raw values too when some value is bad: every
@@ -253,7 +285,23 @@ def _across(
     has_token = present("TOKEN") or present("TOKEN_FILE") or present("CREDENTIALS_FILE")
     if daemon and not has_token:
         problems.append("TOKEN: required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE")
-    if rotating and not present("CREDENTIALS_FILE"):
+    if present("CREDENTIALS_KEY") and not postgres:
+        problems.append(
+            "CREDENTIALS_KEY: only with a PostgreSQL store (RECOVERYD_STORE=postgresql://...); "
+            "with SQLite the rotated token is kept in RECOVERYD_CREDENTIALS_FILE"
+        )
+    elif present("CREDENTIALS_KEY") and present("CREDENTIALS_FILE"):
+        problems.append(
+            "CREDENTIALS_FILE: set RECOVERYD_CREDENTIALS_FILE or RECOVERYD_CREDENTIALS_KEY, "
+            "not both"
+        )
+    elif rotating and postgres and not present("CREDENTIALS_KEY"):
+        problems.append(
+            "CREDENTIALS_KEY: required when RECOVERYD_ROTATE_SCHEDULE is set with a "
+            "PostgreSQL store: the rotated token is kept in the store, sealed with it, for "
+            "every replica"
+        )
+    elif rotating and not postgres and not present("CREDENTIALS_FILE"):
         problems.append(
             "CREDENTIALS_FILE: required when RECOVERYD_ROTATE_SCHEDULE is set: the rotated "
             "token is kept there, or a restart would lose it"
@@ -350,8 +398,10 @@ def _lines(exc: ValidationError, values: Mapping[str, Any], daemon: bool) -> lis
             message += f"; got {values[field]!r}"
         lines[field] = f"{PREFIX}{field}: {message}"
     rotating = bool(str(values.get("ROTATE_SCHEDULE") or "").strip())
-    across = _across(lambda name: values.get(name) is not None, rotating=rotating,
-                     allow_unsigned=_true(values.get("ALLOW_UNSIGNED")), daemon=daemon)  # fmt: skip
+    postgres = str(values.get("STORE") or "").startswith(("postgresql://", "postgres://"))
+    across = _across(lambda name: values.get(name) is not None, postgres=postgres,
+                     rotating=rotating, allow_unsigned=_true(values.get("ALLOW_UNSIGNED")),
+                     daemon=daemon)  # fmt: skip
     return [*lines.values(), *across]
 
 

@@ -51,24 +51,45 @@ def read(path: Path) -> Saved | None:
         return None
     except OSError as exc:
         raise CredentialsFileError(f"cannot read {path}: {exc.strerror}") from None
+    return loads(raw, str(path))
+
+
+def loads(raw: bytes, where: str) -> Saved:
+    """Saved credentials from their JSON; the errors name `where` they came from."""
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise CredentialsFileError(
-            f'{path} is not JSON; it must hold at least {{"token": "..."}}'
+            f'{where} is not JSON; it must hold at least {{"token": "..."}}'
         ) from None
     if not isinstance(data, dict):
-        raise CredentialsFileError(f"{path} must hold a JSON object with a token")
+        raise CredentialsFileError(f"{where} must hold a JSON object with a token")
     return Saved(
         credentials=Credentials(
-            token=_text(data, "token", path, required=True) or "",
-            username=_text(data, "username", path),
-            password=_text(data, "password", path),
+            token=_text(data, "token", where, required=True) or "",
+            username=_text(data, "username", where),
+            password=_text(data, "password", where),
         ),
-        rotation=_whole(_number(data, "rotation", path)),
-        rotated_at=_number(data, "rotatedAt", path),
-        limits=_limits(data.get("limits"), path),
+        rotation=_whole(_number(data, "rotation", where)),
+        rotated_at=_number(data, "rotatedAt", where),
+        limits=_limits(data.get("limits"), where),
     )
+
+
+def dumps(saved: Saved) -> bytes:
+    """The JSON that `loads` reads back."""
+    credentials = saved.credentials
+    data: dict[str, Any] = {"token": credentials.token}
+    if credentials.password is not None:
+        data["password"] = credentials.password
+    if credentials.username is not None:
+        data["username"] = credentials.username
+    if saved.rotation is not None:
+        data["rotation"] = saved.rotation
+    if saved.rotated_at is not None:
+        data["rotatedAt"] = saved.rotated_at
+    data["limits"] = saved.limits
+    return json.dumps(data, indent=2).encode() + b"\n"
 
 
 def readable_by_others(path: Path) -> bool:
@@ -82,18 +103,7 @@ def readable_by_others(path: Path) -> bool:
 
 def write(path: Path, saved: Saved) -> None:
     """Replace the file atomically with `saved`, durable on disk when this returns."""
-    credentials = saved.credentials
-    data: dict[str, Any] = {"token": credentials.token}
-    if credentials.password is not None:
-        data["password"] = credentials.password
-    if credentials.username is not None:
-        data["username"] = credentials.username
-    if saved.rotation is not None:
-        data["rotation"] = saved.rotation
-    if saved.rotated_at is not None:
-        data["rotatedAt"] = saved.rotated_at
-    data["limits"] = saved.limits
-    content = json.dumps(data, indent=2).encode() + b"\n"
+    content = dumps(saved)
     folder = path.parent
     try:
         # mkstemp creates the file 0600 with O_EXCL: no moment where others can read it.
@@ -144,21 +154,21 @@ def _sync_folder(folder: Path) -> None:
         os.close(handle)
 
 
-def _text(data: dict[str, Any], key: str, path: Path, *, required: bool = False) -> str | None:
+def _text(data: dict[str, Any], key: str, where: str, *, required: bool = False) -> str | None:
     value = data.get(key)
     if value is None and not required:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise CredentialsFileError(f"{path}: {key!r} must be a non-empty string")
+        raise CredentialsFileError(f"{where}: {key!r} must be a non-empty string")
     return value.strip()
 
 
-def _number(data: dict[str, Any], key: str, path: Path) -> float | None:
+def _number(data: dict[str, Any], key: str, where: str) -> float | None:
     value = data.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise CredentialsFileError(f"{path}: {key!r} must be a number")
+        raise CredentialsFileError(f"{where}: {key!r} must be a number")
     return float(value)
 
 
@@ -166,11 +176,11 @@ def _whole(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _limits(value: Any, path: Path) -> dict[str, int]:
+def _limits(value: Any, where: str) -> dict[str, int]:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(
         isinstance(number, int) and not isinstance(number, bool) for number in value.values()
     ):
-        raise CredentialsFileError(f"{path}: 'limits' must map names to whole numbers")
+        raise CredentialsFileError(f"{where}: 'limits' must map names to whole numbers")
     return {str(name): number for name, number in value.items()}

@@ -7,7 +7,8 @@ next:
 1. record the rotation as under way in the store;
 2. hold new calls back and let those in flight finish (`CredentialsHolder.rotating`);
 3. call the reset with the basic credentials;
-4. write the new credentials to the credentials file (atomic, 0600, fsync'd);
+4. save the new credentials in the vault (vault.py): the credentials file (atomic,
+   0600, fsync'd), or the PostgreSQL store, sealed, where every replica reads them;
 5. swap them in, let calls through, and record the rotation's result.
 
 When the reset's outcome is unknown (a timeout, a lost connection, a 5xx, an answer
@@ -18,8 +19,13 @@ refused, and a stream of refused calls can get an account blocked), fails readin
 and re-reads the credentials file until an operator puts a token that works there.
 
 A restart that finds a rotation recorded as under way resolves it the same way, except
-that a credentials file written by that very rotation (its `rotation` id) settles it
-as a success.
+that credentials saved by that very rotation (their `rotation` id) settle it as a
+success.
+
+With the store as the vault, the other replicas follow: they read the saved credentials
+every `follow` seconds, and at once when the service refuses a call (after waiting
+for a rotation recorded as under way to end), so a replica goes on with a token the
+service has revoked for one refused call at most.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -37,6 +42,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from daemon.account import credentials_file
 from daemon.account.credentials_file import CredentialsFileError, Saved
+from daemon.account.vault import Vault
 from daemon.metrics import ACCOUNT_LIMITS, Metrics
 from daemon.schedule import parse_schedule
 from daemon.store import Store, StoreUnavailable
@@ -70,6 +76,8 @@ class RotationTiming:
     save_retry: float = 5.0  # between attempts to save new credentials
     lockout_poll: float = 30.0  # how often a locked-out daemon re-reads the file
     shutdown_wait: float = 20.0  # how long a stop waits for a rotation under way
+    follow: float = 5.0  # how often a replica reads the shared vault for a new token
+    catch_up: float = 30.0  # how long a refused call waits for another's rotation to end
 
 
 class RotationRefused(Exception):
@@ -84,7 +92,7 @@ class Rotator:
         store: Store,
         metrics: Metrics,
         *,
-        credentials_file: Path | None,
+        vault: Vault | None,
         schedule: str = "",
         timing: RotationTiming | None = None,
         supervisor: Supervisor | None = None,
@@ -96,7 +104,7 @@ class Rotator:
         self._holder = holder
         self._store = store
         self._metrics = metrics
-        self._file = credentials_file
+        self._vault = vault
         self._schedule = schedule
         self._timing = timing or RotationTiming()
         self._wall_clock = wall_clock
@@ -107,6 +115,8 @@ class Rotator:
         self._checking: asyncio.Task[None] | None = None
         self._dlq_retention: float | None = None
         client.on_refused = self.token_refused
+        if vault is not None and vault.shared:
+            holder.refresh = self.catch_up
 
     @property
     def schedule(self) -> str:
@@ -204,7 +214,7 @@ class Rotator:
         if latest is None or not (latest.under_way or latest.locked_out):
             return
         async with self._busy, self._holder.rotating(drain_seconds=0):
-            saved = self._read_file()
+            saved = await self._read_saved()
             if latest.under_way and saved is not None and saved.rotation == latest.id:
                 outcome: tuple[RotationResult, str | None] = (
                     "success",
@@ -223,7 +233,7 @@ class Rotator:
             await self._finish(latest.id, *outcome)
 
     async def _look_for_a_working_token(self) -> None:
-        saved = self._read_file()
+        saved = await self._read_saved()
         if saved is None or saved.credentials.token == self._holder.current.token:
             return
         try:
@@ -292,13 +302,14 @@ class Rotator:
     def _check_ready(self) -> None:
         if self._holder.locked_out:
             raise RotationRefused(f"locked out: {self._trouble}")
-        if self._file is None:
+        if self._vault is None:
             raise RotationRefused(
-                "RECOVERYD_CREDENTIALS_FILE is not set: the new token would be lost at the "
+                "RECOVERYD_CREDENTIALS_FILE (or, with a PostgreSQL store, "
+                "RECOVERYD_CREDENTIALS_KEY) is not set: the new token would be lost at the "
                 "next restart"
             )
         try:
-            credentials_file.check_writable(self._file)
+            self._vault.check_writable()
         except CredentialsFileError as exc:
             raise RotationRefused(f"the new credentials could not be saved: {exc}") from None
         missing = missing_basic_credentials(self._holder.current)
@@ -329,12 +340,12 @@ class Rotator:
         return "success", None
 
     async def _save(self, saved: Saved) -> None:
-        """Write the credentials file, trying until it works: the old token is dead, and
-        the new one must not be used before a restart could find it."""
-        assert self._file is not None
+        """Save the credentials, trying until it works: the old token is dead, and the new
+        one must not be used before a restart (or another replica) could find it."""
+        assert self._vault is not None
         while True:
             try:
-                credentials_file.write(self._file, saved)
+                await self._vault.write(saved)
             except CredentialsFileError as exc:
                 self._trouble = f"new credentials not saved yet: {exc}"
                 log.error(
@@ -404,14 +415,65 @@ class Rotator:
             await self._store.finish_rotation(rotation_id, result, reason, self._wall_clock())
             self._unrecorded = None
 
-    def _read_file(self) -> Saved | None:
-        if self._file is None:
+    async def _read_saved(self) -> Saved | None:
+        if self._vault is None:
             return None
         try:
-            return credentials_file.read(self._file)
+            return await self._vault.read()
         except CredentialsFileError as exc:
-            log.error("cannot read the credentials file", error=str(exc))
+            log.error("cannot read the saved credentials", error=str(exc))
             return None
+
+    # -- following a rotation made by another replica (a shared vault) ------------------
+
+    @contextlib.asynccontextmanager
+    async def following(self) -> AsyncIterator[None]:
+        """With a shared vault, take up what another replica's rotation saved, for the
+        block: every replica runs this, the rotation on one of them at a time."""
+        if self._vault is None or not self._vault.shared:
+            yield
+            return
+        task = self._supervisor.spawn("credentials-follow", self._follow, required=False)
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _follow(self) -> None:
+        while True:
+            await self._sleep(self._timing.follow)
+            await self._take_saved()
+
+    async def catch_up(self) -> None:
+        """A call was refused: another replica may have rotated the token. Wait while a
+        rotation is recorded as under way (at most `catch_up` seconds), then take the
+        saved credentials if they are new."""
+        waited = 0.0
+        with contextlib.suppress(StoreUnavailable):
+            while waited < self._timing.catch_up:
+                latest = await self._store.latest_rotation()
+                if latest is None or not latest.under_way:
+                    break
+                await self._sleep(0.25)
+                waited += 0.25
+        await self._take_saved()
+
+    async def _take_saved(self) -> None:
+        saved = await self._read_saved()
+        current = self._holder.current
+        if saved is None or saved.credentials.token == current.token:
+            return
+        credentials = credentials_file.merged(saved.credentials, current)
+        if self._holder.locked_out:
+            self._holder.unlock(credentials)
+            self._trouble = None
+            self._metrics.token_lockout.set(0)
+        else:
+            self._holder.replace(credentials)
+        self.adopt(saved.limits)
+        log.info("new credentials taken from the store (a rotation saved them)",
+                 rotation=saved.rotation)  # fmt: skip
 
     # -- what /api/v1/status shows --------------------------------------------------------
 

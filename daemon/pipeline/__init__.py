@@ -50,6 +50,7 @@ class Pipeline:
         metrics: Metrics,
         *,
         dry_run: bool = False,
+        replica: str | None = None,
         tuning: Tuning | None = None,
         supervisor: Supervisor | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -62,6 +63,7 @@ class Pipeline:
             client,
             metrics,
             lambda name: _policy(rules, name),
+            replica=replica,
             supervisor=supervisor,
             retry_base=tuning.retry_base,
             retry_cap=tuning.retry_cap,
@@ -74,6 +76,7 @@ class Pipeline:
             rules,
             metrics,
             self.batcher.add,
+            replica=replica,
             supervisor=supervisor,
             dry_run=dry_run,
             workers=tuning.workers,
@@ -89,6 +92,11 @@ class Pipeline:
     def wake(self, dlq_id: str | None = None) -> None:
         """A callback was stored (the receiver's `on_accepted`)."""
         self.fetcher.wake()
+
+    def replicas_gone(self, gone: list[str]) -> None:
+        """Replicas were found gone: their leases and batches are anyone's now."""
+        self.fetcher.wake()
+        self.batcher.take_up_now()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Pipeline]:

@@ -97,6 +97,7 @@ class Batcher:
         metrics: Metrics,
         policy_of: Callable[[str], BatchPolicy],
         *,
+        replica: str | None = None,
         supervisor: Supervisor | None = None,
         retry_base: float = 5.0,
         retry_cap: float = 60.0,
@@ -113,8 +114,10 @@ class Batcher:
         check a call's outcome are retried for as long as the service cannot answer, but
         after `check_tries` rounds of final answers (a 400) those dlqIds are `failed`.
         Every `housekeeping` seconds, batches and decided dlqIds this process does not
-        hold (a store error came between two steps) are taken up."""
+        hold (a store error came between two steps) are taken up: with `replica`, only
+        those this replica holds or a replica gone left (daemon/replicas.py)."""
         self._store = store
+        self._replica = replica
         self._client = client
         self._metrics = metrics
         self._policy_of = policy_of
@@ -132,6 +135,7 @@ class Batcher:
         self._batches: set[int] = set()  # batches this process is sending or checking
         self._tasks: set[asyncio.Task[None]] = set()
         self._wakeup = asyncio.Event()
+        self._take_up_soon = False
         self._stopping = False
 
     def add(self, pending: Sequence[Pending]) -> None:
@@ -151,6 +155,12 @@ class Batcher:
             group.max_wait = min(group.max_wait, policy.max_wait)
             group.dlq_ids.append(item.dlq_id)
             self._held.add(item.dlq_id)
+        self._wakeup.set()
+
+    def take_up_now(self) -> None:
+        """Look for work nobody holds now, not at the next housekeeping: a replica is
+        gone, and its batches and decided dlqIds are anyone's."""
+        self._take_up_soon = True
         self._wakeup.set()
 
     @contextlib.asynccontextmanager
@@ -177,7 +187,9 @@ class Batcher:
         # up again from the store, so start with nothing held by the loop itself.
         next_housekeeping = self._clock()
         while True:
-            if self._clock() >= next_housekeeping and not self._stopping:
+            due = self._take_up_soon or self._clock() >= next_housekeeping
+            if due and not self._stopping:
+                self._take_up_soon = False
                 await self._take_up_orphans()
                 next_housekeeping = self._clock() + self._housekeeping
             now = self._clock()
@@ -228,10 +240,10 @@ class Batcher:
         """Unsettled batches and decided dlqIds that no task of this process holds: at
         start, everything a previous run left; later, what a store error stranded."""
         try:
-            pending = await self._store.pending()
+            pending = await self._store.pending(self._replica)
             # Read last, and compared with `_batches` with no await in between: a batch
             # settled (and released) while an earlier read was out must not look orphaned.
-            batches = await self._store.unsettled_batches()
+            batches = await self._store.unsettled_batches(self._replica)
         except StoreUnavailable as exc:
             log.warning("batcher: store unavailable", error=str(exc))
             return
@@ -261,7 +273,9 @@ class Batcher:
 
     async def _flush(self, action: str, overrides: str, dlq_ids: list[str]) -> None:
         try:
-            record = await self._store.open_batch(action, overrides, dlq_ids, self._wall_clock())
+            record = await self._store.open_batch(
+                action, overrides, dlq_ids, self._wall_clock(), self._replica
+            )
         except StoreUnavailable as exc:
             # Still decided in the store: housekeeping takes them up again.
             log.warning("batch not persisted; will try again", error=str(exc))
@@ -285,7 +299,9 @@ class Batcher:
             async with self._senders:
                 if not await self._service_answers(record.action):
                     return  # stopping: the next start checks or re-queues the batch
-                if not refusals and not await self._mark_sending(record):
+                # Marked before each attempt: a refused call made again later must still
+                # be this replica's to make.
+                if not await self._mark_sending(record):
                     return
                 answer = await self._call(record, overrides)
             calls += answer.calls
@@ -316,13 +332,17 @@ class Batcher:
 
     async def _mark_sending(self, record: BatchRecord) -> bool:
         try:
-            await self._store.mark_sending(record.id, self._wall_clock())
+            marked = await self._store.mark_sending(record.id, self._wall_clock(), self._replica)
         except StoreUnavailable as exc:
             log.warning("batch not marked as sending; will try again", batch=record.id,
                         error=str(exc))  # fmt: skip
             self._batches.discard(record.id)  # housekeeping puts it back in the queue
             return False
-        return True
+        if not marked:
+            # Settled, or adopted by another replica while this one was thought gone.
+            log.warning("batch no longer this replica's; its call is not made", batch=record.id)
+            self._release(record)
+        return marked
 
     async def _call(self, record: BatchRecord, overrides: Overrides) -> _Answer:
         """The batch's bulk call, every page of it."""

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 
 import structlog
@@ -24,6 +21,7 @@ from daemon.metrics import Metrics
 from daemon.pipeline.calls import recording
 from daemon.pipeline.decide import outcome_of
 from daemon.pipeline.failures import backoff, is_final_for
+from daemon.replicas import replica_id
 from daemon.rules import facts
 from daemon.rules.live import LiveRules
 from daemon.store import Store, StoreUnavailable
@@ -45,6 +43,7 @@ class Fetcher:
         metrics: Metrics,
         on_decided: Callable[[list[Pending]], None],
         *,
+        replica: str | None = None,
         supervisor: Supervisor | None = None,
         dry_run: bool = False,
         workers: int = 4,
@@ -63,7 +62,8 @@ class Fetcher:
         Only an answer that is final for the dlqId (a 4xx but 401/403/404/408/429) ends it
         `failed`, after `max_tries`; a service or network that is down never does. Idle
         workers look again every `idle_poll` seconds (retries come due) or as soon as
-        `wake` says a callback arrived."""
+        `wake` says a callback arrived. The leases are `replica`'s (daemon/replicas.py),
+        and its decided dlqIds with them."""
         self._store = store
         self._client = client
         self._rules = rules
@@ -81,7 +81,7 @@ class Fetcher:
         self._wall_clock = wall_clock
         self._clock = clock
         self._rand = rand
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._owner = replica or replica_id()
         self._wakeup = asyncio.Event()
         self._stopping = False
 

@@ -19,6 +19,7 @@ from daemon.store.records import (
     NotificationResult,
     Outcome,
     Pending,
+    Replica,
     Rotation,
     RotationResult,
     Settled,
@@ -43,7 +44,40 @@ class Callback:
     received_at: float
 
 
+class SingletonLock(Protocol):
+    """The lock that makes one replica at a time run the singleton jobs (leadership.py)."""
+
+    async def acquire(self) -> bool:
+        """Take the lock if no other replica holds it; StoreUnavailable if the store
+        cannot be reached."""
+        ...
+
+    async def held(self) -> bool:
+        """Whether this replica still holds it (False once it may not)."""
+        ...
+
+    async def release(self) -> None:
+        """Let it go."""
+        ...
+
+
+class Unshared:
+    """The lock of a store that one daemon alone uses: always this daemon's."""
+
+    async def acquire(self) -> bool:
+        return True
+
+    async def held(self) -> bool:
+        return True
+
+    async def release(self) -> None:
+        return None
+
+
 class Store(Protocol):
+    # Whether several replicas may share the store (PostgreSQL), or one daemon has it.
+    shared: bool
+
     async def add_callback(self, callback: Callback) -> Added:
         """Store `callback` durably, or say it is a duplicate by dlqId (a pruned one
         included); StoreUnavailable if it cannot, or while `problems()` names any.
@@ -67,19 +101,21 @@ class Store(Protocol):
         recoveries a budget stopped."""
         ...
 
-    async def pending(self) -> list[Pending]:
-        """The decided dlqIds that wait for a batch."""
+    async def pending(self, owner: str | None = None) -> list[Pending]:
+        """The decided dlqIds that wait for a batch: those replica `owner` decided or
+        took over, the ones of no live replica taken over first (all when None)."""
         ...
 
     async def open_batch(
-        self, action: str, overrides: str, dlq_ids: list[str], now: float
+        self, action: str, overrides: str, dlq_ids: list[str], now: float, owner: str | None = None
     ) -> BatchRecord | None:
-        """Persist a batch of those of `dlq_ids` still decided; None when none is. Not
-        counted as a send."""
+        """Persist a batch of those of `dlq_ids` still decided, held by replica `owner`;
+        None when none is. Not counted as a send."""
         ...
 
-    async def mark_sending(self, batch_id: int, now: float) -> None:
-        """The batch's call is about to go out (committed before it does)."""
+    async def mark_sending(self, batch_id: int, now: float, owner: str | None = None) -> bool:
+        """The batch's call is about to go out (committed before it does); False when it
+        must not: the batch is settled, or no longer `owner`'s."""
         ...
 
     async def settle_batch(
@@ -102,9 +138,29 @@ class Store(Protocol):
         (or never made)."""
         ...
 
-    async def unsettled_batches(self) -> list[BatchRecord]:
+    async def unsettled_batches(self, owner: str | None = None) -> list[BatchRecord]:
         """Batches persisted whose call was never settled (a crash came in between);
-        `sent_at` None: the call surely never went out."""
+        `sent_at` None: the call surely never went out. With `owner`, those replica
+        `owner` holds, the ones of no live replica adopted first."""
+        ...
+
+    async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
+        """`replica` is alive for `lease` seconds more; the replicas found gone since,
+        whose work (leases, decided dlqIds, batches) is now anyone's. A store of one
+        process (SQLite) has no others: nothing to do."""
+        ...
+
+    async def leave(self, replica: str) -> None:
+        """`replica` stops: its work is anyone's from now on."""
+        ...
+
+    async def replicas(self, now: float) -> list[Replica]:
+        """The replicas alive in a shared store, by id; none in a store of one daemon
+        (SQLite)."""
+        ...
+
+    def singleton_lock(self) -> SingletonLock:
+        """A lock for the singleton jobs, not taken yet."""
         ...
 
     async def sends(self, dlq_ids: list[str]) -> dict[str, int]:

@@ -321,3 +321,12 @@ def status_json(
         "pendingBatches": batches,
         "oldestPendingSeconds": max(0.0, now - oldest) if oldest is not None else 0.0,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A replica alive in a shared store, as its last heartbeat left it."""
+
+    id: str
+    started_at: float
+    seen_at: float

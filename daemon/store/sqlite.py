@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from daemon.store import Added, Callback, StoreUnavailable
+from daemon.store import Added, Callback, StoreUnavailable, Unshared
 from daemon.store import sqlite_endpoints as endpoints
 from daemon.store import sqlite_health as health
 from daemon.store import sqlite_lineage as lineage
@@ -36,6 +36,7 @@ from daemon.store.records import (
     NotificationResult,
     Outcome,
     Pending,
+    Replica,
     Rotation,
     RotationResult,
     Settled,
@@ -77,6 +78,8 @@ MIGRATIONS = (
 
 class SQLiteStore:
     """The Store of daemon.store over one SQLite file. Open it with `SQLiteStore.open`."""
+
+    shared = False
 
     def __init__(
         self,
@@ -211,16 +214,18 @@ class SQLiteStore:
     async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
         return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
 
-    async def pending(self) -> list[Pending]:
+    # An SQLite store serves one daemon: `owner` has no other replica to be told from.
+
+    async def pending(self, owner: str | None = None) -> list[Pending]:
         return await self._run(pipeline.pending)
 
     async def open_batch(
-        self, action: str, overrides: str, dlq_ids: list[str], now: float
+        self, action: str, overrides: str, dlq_ids: list[str], now: float, owner: str | None = None
     ) -> BatchRecord | None:
         return await self._write(lambda c: pipeline.open_batch(c, action, overrides, dlq_ids, now))
 
-    async def mark_sending(self, batch_id: int, now: float) -> None:
-        await self._write(lambda c: pipeline.mark_sending(c, batch_id, now))
+    async def mark_sending(self, batch_id: int, now: float, owner: str | None = None) -> bool:
+        return await self._write(lambda c: pipeline.mark_sending(c, batch_id, now))
 
     async def settle_batch(
         self,
@@ -243,8 +248,20 @@ class SQLiteStore:
 
         return await self._write(settle)
 
-    async def unsettled_batches(self) -> list[BatchRecord]:
+    async def unsettled_batches(self, owner: str | None = None) -> list[BatchRecord]:
         return await self._run(pipeline.unsettled_batches)
+
+    async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
+        return []
+
+    async def leave(self, replica: str) -> None:
+        return None
+
+    async def replicas(self, now: float) -> list[Replica]:
+        return []
+
+    def singleton_lock(self) -> Unshared:
+        return Unshared()
 
     async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
         return await self._run(lambda c: pipeline.sends(c, dlq_ids))

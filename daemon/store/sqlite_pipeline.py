@@ -251,12 +251,15 @@ def open_batch(
     return BatchRecord(batch_id, action, overrides, tuple(ordered), now)
 
 
-def mark_sending(connection: sqlite3.Connection, batch_id: int, now: float) -> None:
+def mark_sending(connection: sqlite3.Connection, batch_id: int, now: float) -> bool:
     """The batch's call is about to go out: from now on it may reach the service, so a
-    crash leaves a batch to be checked, not simply queued again."""
-    connection.execute(
-        "UPDATE batches SET sent_at = ? WHERE id = ? AND state = 'pending'", (now, batch_id)
+    crash leaves a batch to be checked, not simply queued again. False when the batch
+    is settled: its call must not go out."""
+    cursor = connection.execute(
+        "UPDATE batches SET sent_at = coalesce(sent_at, ?) WHERE id = ? AND state = 'pending'",
+        (now, batch_id),
     )
+    return cursor.rowcount > 0
 
 
 def settle_batch(

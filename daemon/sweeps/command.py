@@ -56,7 +56,7 @@ async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[st
         known = ", ".join(sweep.name for sweep in ruleset.sweeps) or "none"
         raise SweepCommandError(f"{rules}: no sweep named {name!r} (sweeps: {known})")
     run = plan(spec, now=time.time(), dry_run=True)
-    credentials, _ = initial_credentials(settings)
+    credentials, _ = await initial_credentials(settings, None)
     async with httpx.AsyncClient(timeout=30.0) as http:
         client = ServiceClient(
             http,

@@ -91,7 +91,10 @@ class Sweeper:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Sweeper]:
         """Schedule the sweeps of the rules in force, and follow reloads, for the block;
-        at its end, runs under way stop at the end of their page (within a deadline)."""
+        at its end, runs under way stop at the end of their page (within a deadline).
+        Run again when this replica takes the singleton jobs again (leadership.py)."""
+        self._stopping = False
+        self._sweeps = {}
         with contextlib.suppress(StoreUnavailable):  # else each sweep's task does it
             await self._close_interrupted(None)
             for name, at in (await self._store.last_sweep_successes()).items():

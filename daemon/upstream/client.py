@@ -396,7 +396,9 @@ class ServiceClient:
             attempt += 1
             async with self._credentials_for(credentials) as used:
                 try:
-                    return await self._attempt(operation, request, read, auth, used, attempt)
+                    return await self._attempt(
+                        operation, request, read, auth, used, attempt, latest=credentials is None
+                    )
                 except ServiceError as exc:
                     error = exc
             if not surely_not_carried_out(error):
@@ -430,10 +432,13 @@ class ServiceClient:
         auth: Auth,
         credentials: Credentials,
         attempt: int,
+        *,
+        latest: bool,
     ) -> T:
         """One try, past the operation's breaker and the limiter; its outcome is told to
-        both. Raises the try's ServiceError."""
-        authorization = _authorization(auth, credentials)
+        both. Raises the try's ServiceError. `latest`: the holder's credentials as they
+        are once the limiter lets the call go, not `credentials`, taken before the wait:
+        another replica may have rotated the token meanwhile (account/rotation.py)."""
         breaker = self.breakers[operation]
         if breaker.retry_at() is not None:  # held back: not even a place in the limiter
             raise breaker.refusal()
@@ -444,6 +449,7 @@ class ServiceClient:
         if ticket is None:
             self.limiter.unanswered(slot, sent=False)
             raise breaker.refusal()
+        authorization = _authorization(auth, self._credentials.current if latest else credentials)
         try:
             result = await self._exchange(operation, request, read, authorization, slot, attempt)
         except ServiceError as exc:
@@ -512,6 +518,8 @@ class ServiceClient:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._retry.max_server_wait):
                 await self._credentials.settled()
+                if self._credentials.refresh is not None:
+                    await self._credentials.refresh()
         return self._credentials.current.token != used.token
 
     def _record(

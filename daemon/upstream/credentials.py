@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 
@@ -43,6 +43,8 @@ class CredentialsHolder:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        # Reads credentials saved elsewhere (another replica's rotation), after a refusal.
+        self.refresh: Callable[[], Awaitable[None]] | None = None
 
     @property
     def current(self) -> Credentials:

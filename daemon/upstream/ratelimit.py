@@ -97,6 +97,7 @@ class RateLimiter:
         if not 0 < ramp_start <= ramp_ceiling:
             raise ValueError("need 0 < ramp_start <= ramp_ceiling")
         self._headroom = headroom
+        self._share: tuple[int, int] | None = None  # (rank, members) among replicas
         self._clock = clock
         self._sleep = sleep
         self._rand = rand
@@ -155,6 +156,13 @@ class RateLimiter:
         self._end_discovery()
         if not self._pinned and rate != self._rate:
             self._set_rate(rate)
+        self._wake()
+
+    def share(self, rank: int, members: int) -> None:
+        """Replicas share the account: this one, `rank` among `members` (0: none of the
+        budget for now), keeps to its part of the calls a window, a whole number each,
+        the parts adding up to the account's (daemon/replicas.py)."""
+        self._share = (rank, members)
         self._wake()
 
     def pause(self, seconds: float) -> None:
@@ -225,6 +233,8 @@ class RateLimiter:
         if pace is None:
             return 0.0
         capacity, window = pace
+        if capacity == 0:
+            return _PENDING_POLL  # no part of the budget yet: the share may change
         if len(self._slots) < capacity:
             return 0.0
         first = self._slots[0]
@@ -233,14 +243,29 @@ class RateLimiter:
     def _pace(self, now: float) -> tuple[int, float] | None:
         """(capacity, window) in force now; None when calls are not limited."""
         if self._rate is not None:
-            return _shape(self._rate, self._headroom)
+            return self._shared(*_shape(self._rate, self._headroom))
         if self._ramp is None:
             return None
         if now - self._ramp_since >= self._ramp_period:
             self._grow_ramp(now)
             if self._ramp is None:
                 return None
-        return _shape(self._ramp, self._headroom)
+        return self._shared(*_shape(self._ramp, self._headroom))
+
+    def _shared(self, capacity: int, window: float) -> tuple[int, float]:
+        """This replica's part of `capacity` calls a `window`: the whole when alone. Parts
+        are whole calls, the first ranks taking one more, so that they add up to the
+        whole. With fewer calls than replicas, each has one call every `members / capacity`
+        windows, and the parts may then meet in one window."""
+        if self._share is None:
+            return capacity, window
+        rank, members = self._share
+        if members == 0:
+            return 0, window
+        part = capacity // members + (1 if rank < capacity % members else 0)
+        if part == 0:
+            return 1, window * members / capacity
+        return part, window
 
     def _forget(self, now: float, memory: float) -> None:
         # Sends are nearly in order, so only the oldest end is trimmed: a slot sent out

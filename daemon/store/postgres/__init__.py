@@ -25,9 +25,18 @@ import structlog
 
 from daemon.store import Added, Callback, StoreUnavailable
 from daemon.store.group_commit import GroupCommit
-from daemon.store.postgres import endpoints, notify, pipeline, retention, rotations, sweeps
+from daemon.store.postgres import (
+    endpoints,
+    notify,
+    pipeline,
+    retention,
+    rotations,
+    sweeps,
+)
+from daemon.store.postgres import replicas as members
 from daemon.store.postgres.db import Connection
 from daemon.store.postgres.schema import MIGRATION_LOCK, MIGRATIONS
+from daemon.store.postgres.singleton import AdvisoryLock
 from daemon.store.records import (
     BatchRecord,
     Claimed,
@@ -35,6 +44,7 @@ from daemon.store.records import (
     NotificationResult,
     Outcome,
     Pending,
+    Replica,
     Rotation,
     RotationResult,
     Settled,
@@ -52,9 +62,12 @@ log = structlog.get_logger(__name__)
 class PostgresStore:
     """The Store of daemon.store over PostgreSQL. Open it with `PostgresStore.open`."""
 
+    shared = True
+
     def __init__(
         self,
         pool: psycopg_pool.AsyncConnectionPool[Connection],
+        url: str,
         shown_url: str,
         *,
         observe_commit: Callable[[int], None] | None,
@@ -63,6 +76,7 @@ class PostgresStore:
         read_timeout: float,
     ) -> None:
         self._pool = pool
+        self._url = url
         self._shown_url = shown_url
         self._commit_timeout = commit_timeout
         self._read_timeout = read_timeout
@@ -118,6 +132,7 @@ class PostgresStore:
             raise StoreUnavailable(f"cannot open the PostgreSQL store {shown}: {said}") from None
         store = cls(
             pool,
+            url,
             shown,
             observe_commit=observe_commit,
             max_pending=max_pending,
@@ -175,16 +190,18 @@ class PostgresStore:
     async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
         return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
 
-    async def pending(self) -> list[Pending]:
-        return await self._run(pipeline.pending)
+    async def pending(self, owner: str | None = None) -> list[Pending]:
+        return await self._write(lambda c: pipeline.pending(c, owner))
 
     async def open_batch(
-        self, action: str, overrides: str, dlq_ids: list[str], now: float
+        self, action: str, overrides: str, dlq_ids: list[str], now: float, owner: str | None = None
     ) -> BatchRecord | None:
-        return await self._write(lambda c: pipeline.open_batch(c, action, overrides, dlq_ids, now))
+        return await self._write(
+            lambda c: pipeline.open_batch(c, action, overrides, dlq_ids, now, owner)
+        )
 
-    async def mark_sending(self, batch_id: int, now: float) -> None:
-        await self._write(lambda c: pipeline.mark_sending(c, batch_id, now))
+    async def mark_sending(self, batch_id: int, now: float, owner: str | None = None) -> bool:
+        return await self._write(lambda c: pipeline.mark_sending(c, batch_id, now, owner))
 
     async def settle_batch(
         self,
@@ -207,8 +224,22 @@ class PostgresStore:
 
         return await self._write(settle)
 
-    async def unsettled_batches(self) -> list[BatchRecord]:
-        return await self._run(pipeline.unsettled_batches)
+    async def unsettled_batches(self, owner: str | None = None) -> list[BatchRecord]:
+        return await self._write(lambda c: pipeline.unsettled_batches(c, owner))
+
+    # -- replicas (replicas.py, singleton.py) ------------------------------------
+
+    def singleton_lock(self) -> AdvisoryLock:
+        return AdvisoryLock(self._url)
+
+    async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
+        return await self._write(lambda c: members.heartbeat(c, replica, lease, now))
+
+    async def leave(self, replica: str) -> None:
+        await self._write(lambda c: members.leave(c, replica))
+
+    async def replicas(self, now: float) -> list[Replica]:
+        return await self._run(lambda c: members.alive(c, now))
 
     async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
         return await self._run(lambda c: pipeline.sends(c, dlq_ids))
@@ -305,6 +336,13 @@ class PostgresStore:
 
     async def resolve_lockout(self, now: float) -> None:
         await self._write(lambda c: rotations.resolve_lockout(c, now))
+
+    async def load_credentials(self) -> bytes | None:
+        """The sealed credentials (account/vault.py), None before the first save."""
+        return await self._run(rotations.load_credentials)
+
+    async def save_credentials(self, sealed: bytes, rotation: int | None, now: float) -> None:
+        await self._write(lambda c: rotations.save_credentials(c, sealed, rotation, now))
 
     async def latest_rotation(self) -> Rotation | None:
         return await self._run(rotations.latest)

@@ -161,7 +161,9 @@ async def _record_outcome(
         "action = %(action)s, matched = %(matched)s, overrides = %(overrides)s, "
         "workflow_run_id = %(run)s, workflow_key = %(key)s, fingerprint = %(fingerprint)s, "
         "would = %(would)s, "
-        "lease_owner = NULL, lease_until = %(retry_at)s, "
+        # A decided dlqId stays its decider's, for its batcher (replicas.py).
+        "lease_owner = CASE WHEN %(state)s = 'decided' THEN %(owner)s END, "
+        "lease_until = %(retry_at)s, "
         "calls = calls || %(calls)s, "
         "decided_at = CASE WHEN %(rule)s::text IS NULL THEN decided_at ELSE %(now)s END, "
         f"updated_at = %(now)s, {_HISTORY} "
@@ -188,10 +190,23 @@ async def _record_outcome(
     return cursor.rowcount > 0
 
 
-async def pending(connection: Connection) -> list[Pending]:
+async def pending(connection: Connection, owner: str | None) -> list[Pending]:
+    """The decided dlqIds `owner` holds, those nobody holds taken over first (every one
+    when `owner` is None)."""
+    if owner is None:
+        cursor = await connection.execute(
+            "SELECT dlq_id, action, overrides, rule, decided_at FROM callbacks "
+            "WHERE state = 'decided' ORDER BY decided_at, dlq_id"
+        )
+        return [records.pending_from(row) for row in await cursor.fetchall()]
+    await connection.execute(
+        "UPDATE callbacks SET lease_owner = %s WHERE state = 'decided' AND lease_owner IS NULL",
+        (owner,),
+    )
     cursor = await connection.execute(
         "SELECT dlq_id, action, overrides, rule, decided_at FROM callbacks "
-        "WHERE state = 'decided' ORDER BY decided_at, dlq_id"
+        "WHERE state = 'decided' AND lease_owner = %s ORDER BY decided_at, dlq_id",
+        (owner,),
     )
     return [records.pending_from(row) for row in await cursor.fetchall()]
 
@@ -202,18 +217,20 @@ async def open_batch(
     overrides: str,
     dlq_ids: Sequence[str],
     now: float,
+    owner: str | None,
 ) -> BatchRecord | None:
     """Persist a batch of those of `dlq_ids` still decided (a dlqId is in one batch at a
-    time); None when none is. Not a send yet: see `mark_sending` and `settle_batch`.
+    time), held by `owner`; None when none is. Not a send yet: see `mark_sending` and
+    `settle_batch`.
 
     Two replicas opening batches over the same dlqIds: the rows are locked (in dlqId
     order, so that the two cannot deadlock) before they are moved; the second waits for
     the first's commit, then re-checks `state = 'decided'` on the rows as committed
     (READ COMMITTED) and leaves out those now batched."""
     cursor = await connection.execute(
-        "INSERT INTO batches (action, overrides, state, dlq_ids, created_at) "
-        "VALUES (%s, %s, 'pending', '[]', %s) RETURNING id",
-        (action, overrides, now),
+        "INSERT INTO batches (action, overrides, state, dlq_ids, created_at, owner) "
+        "VALUES (%s, %s, 'pending', '[]', %s, %s) RETURNING id",
+        (action, overrides, now, owner),
     )
     row = await cursor.fetchone()
     assert row is not None
@@ -222,7 +239,7 @@ async def open_batch(
         "WITH locked AS ("
         "  SELECT dlq_id FROM callbacks WHERE state = 'decided' AND dlq_id = ANY(%(ids)s::text[]) "
         "  ORDER BY dlq_id FOR UPDATE"
-        ") UPDATE callbacks SET state = 'batched', updated_at = %(now)s, "
+        ") UPDATE callbacks SET state = 'batched', updated_at = %(now)s, lease_owner = NULL, "
         "batch_ids = batch_ids || jsonb_build_array(%(batch)s::bigint), "
         f"{_HISTORY} "
         "FROM locked WHERE callbacks.dlq_id = locked.dlq_id AND callbacks.state = 'decided' "
@@ -245,12 +262,19 @@ async def open_batch(
     return BatchRecord(batch_id, action, overrides, tuple(ordered), now)
 
 
-async def mark_sending(connection: Connection, batch_id: int, now: float) -> None:
+async def mark_sending(
+    connection: Connection, batch_id: int, now: float, owner: str | None
+) -> bool:
     """The batch's call is about to go out: from now on it may reach the service, so a
-    crash leaves a batch to be checked, not simply queued again."""
-    await connection.execute(
-        "UPDATE batches SET sent_at = %s WHERE id = %s AND state = 'pending'", (now, batch_id)
+    crash leaves a batch to be checked, not simply queued again. False, and the call
+    must not go out, when the batch is settled or no longer `owner`'s (declared gone,
+    its batch adopted by another replica)."""
+    cursor = await connection.execute(
+        "UPDATE batches SET sent_at = coalesce(sent_at, %s) "
+        "WHERE id = %s AND state = 'pending' AND (%s::text IS NULL OR owner = %s)",
+        (now, batch_id, owner, owner),
     )
+    return cursor.rowcount > 0
 
 
 async def settle_batch(
@@ -320,6 +344,9 @@ async def _move(
         return
     await connection.execute(
         "UPDATE callbacks SET state = %(state)s, reason = %(reason)s, updated_at = %(now)s, "
+        # Decided again: the batch's owner queues them (replicas.py).
+        "lease_owner = CASE WHEN %(state)s = 'decided' "
+        "  THEN (SELECT owner FROM batches WHERE id = %(batch)s) END, "
         f"{_HISTORY} WHERE dlq_id = ANY(%(ids)s::text[]) AND state = 'batched'",
         {
             "state": state,
@@ -327,6 +354,7 @@ async def _move(
             "now": now,
             "event": jsonb(records.event(state, now, batch=batch_id, reason=reason)),
             "ids": dlq_ids,
+            "batch": batch_id,
         },
     )
 
@@ -342,10 +370,18 @@ async def _decided(connection: Connection, dlq_ids: Iterable[str]) -> list[Pendi
     return [records.pending_from(row) for row in await cursor.fetchall()]
 
 
-async def unsettled_batches(connection: Connection) -> list[BatchRecord]:
+async def unsettled_batches(connection: Connection, owner: str | None) -> list[BatchRecord]:
+    """The unsettled batches `owner` holds, those nobody holds adopted first (every one
+    when `owner` is None). A batch whose owner is alive is never adopted: it may be
+    sending it right now."""
+    if owner is not None:
+        await connection.execute(
+            "UPDATE batches SET owner = %s WHERE state = 'pending' AND owner IS NULL", (owner,)
+        )
     cursor = await connection.execute(
         "SELECT id, action, overrides, dlq_ids, created_at, sent_at FROM batches "
-        "WHERE state = 'pending' ORDER BY id"
+        "WHERE state = 'pending' AND (%s::text IS NULL OR owner = %s) ORDER BY id",
+        (owner, owner),
     )
     return [records.batch_from(row, records.decoded) for row in await cursor.fetchall()]
 

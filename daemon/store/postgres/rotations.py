@@ -67,3 +67,20 @@ async def last_success_at(connection: Connection) -> float | None:
     )
     row = await cursor.fetchone()
     return row[0] if row else None
+
+
+async def load_credentials(connection: Connection) -> bytes | None:
+    cursor = await connection.execute("SELECT sealed FROM credentials WHERE id = 1")
+    row = await cursor.fetchone()
+    return bytes(row[0]) if row else None
+
+
+async def save_credentials(
+    connection: Connection, sealed: bytes, rotation: int | None, now: float
+) -> None:
+    await connection.execute(
+        "INSERT INTO credentials (id, sealed, rotation, saved_at) VALUES (1, %s, %s, %s) "
+        "ON CONFLICT (id) DO UPDATE SET sealed = excluded.sealed, rotation = excluded.rotation, "
+        "saved_at = excluded.saved_at",
+        (sealed, rotation, now),
+    )

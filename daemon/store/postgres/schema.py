@@ -99,9 +99,30 @@ INITIAL = """
         settled_at double precision,
         runs jsonb NOT NULL DEFAULT '[]',
         calls jsonb NOT NULL DEFAULT '[]',
-        reason text
+        reason text,
+        owner text  -- the replica sending or checking it; NULL: anyone's to adopt
     );
     CREATE INDEX batches_by_state ON batches (state);
+    CREATE INDEX batches_by_owner ON batches (owner) WHERE state = 'pending';
+    -- A replica's leases and decided dlqIds, found when it is declared gone.
+    CREATE INDEX callbacks_by_owner ON callbacks (lease_owner) WHERE lease_owner IS NOT NULL;
+
+    -- The replicas at work: each renews `alive_until`; one that lets it pass is gone, and
+    -- its work (leases, decided dlqIds, batches) becomes anyone's (replicas.py).
+    CREATE TABLE replicas (
+        id text PRIMARY KEY,
+        started_at double precision NOT NULL,
+        seen_at double precision NOT NULL,
+        alive_until double precision NOT NULL
+    );
+
+    -- The rotated credentials, sealed (Fernet) with RECOVERYD_CREDENTIALS_KEY: one row.
+    CREATE TABLE credentials (
+        id integer PRIMARY KEY CHECK (id = 1),
+        sealed bytea NOT NULL,
+        rotation bigint,
+        saved_at double precision NOT NULL
+    );
 
     CREATE TABLE recovered_runs (
         run_id text PRIMARY KEY,

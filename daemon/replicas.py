@@ -1,0 +1,137 @@
+"""This daemon among the replicas that share its store: its id, and its heartbeat.
+
+Every lease, decided dlqId and batch a replica holds in the store carries its id. The
+heartbeat renews the replica's life in the store every third of `lease`; a replica that
+misses it for a whole `lease` (killed, partitioned, frozen) is declared gone by the
+next heartbeat of another, and its work becomes theirs (store/postgres/replicas.py).
+The lease is the one bound on a dead replica's work waiting, and must outlast the
+longest a live one may go without reaching the store while a call of its is in flight.
+
+The heartbeat also shares the account's rate limit out: each replica takes its part by
+its rank among those alive (ratelimit.RateLimiter.share), so the parts add up to the
+limit. A part only grows once every other replica has beaten since the last one joined
+(and so knows of it): until then a replica that joined sends nothing, and the others
+keep to the smallest part. A replica whose heartbeat fails for half its lease gives its
+part up, since the others may soon count it gone and take it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import structlog
+
+from daemon.metrics import Metrics
+from daemon.store import Store, StoreUnavailable
+from daemon.store.records import Replica
+from daemon.upstream import RateLimiter
+
+log = structlog.get_logger(__name__)
+
+
+def replica_id() -> str:
+    """An id no other process, here or on another host, has had: host, pid and a nonce
+    (a restarted pod may reuse its pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        store: Store,
+        replica: str,
+        metrics: Metrics,
+        *,
+        lease: float = 30.0,
+        limiter: RateLimiter | None = None,
+        on_gone: Callable[[list[str]], None] = lambda gone: None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._replica = replica
+        self._metrics = metrics
+        self._lease = lease
+        self._limiter = limiter
+        self._on_gone = on_gone
+        self._last_beat = -math.inf
+        self._wall_clock = wall_clock
+        self._failing = False
+        self._shared = False  # whether other replicas may share the store: see running()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Beat for the block; at its end the replica leaves, its work anyone's at once.
+        On a shared store no call goes out before a beat has given this replica its
+        part of the rate limit."""
+        self._shared = self._store.shared
+        if self._shared and self._limiter is not None:
+            self._limiter.share(0, 0)
+        with contextlib.suppress(StoreUnavailable):  # else the loop's first beat does it
+            await self._beat()
+        task = asyncio.create_task(self._run(), name="recoveryd-heartbeat")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            try:
+                await self._store.leave(self._replica)
+            except StoreUnavailable as exc:
+                log.warning("could not tell the store this replica leaves; its work waits "
+                            "out its lease", error=str(exc), lease=self._lease)  # fmt: skip
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._lease / 3)
+            try:
+                await self._beat()
+            except StoreUnavailable as exc:
+                if not self._failing:
+                    log.warning("heartbeat not recorded; other replicas take this one's "
+                                "work if it lasts", error=str(exc), lease=self._lease)  # fmt: skip
+                self._failing = True
+                if (
+                    self._limiter is not None
+                    and self._shared
+                    and (self._wall_clock() - self._last_beat > self._lease / 2)
+                ):
+                    self._limiter.share(0, 0)
+
+    async def _beat(self) -> None:
+        now = self._wall_clock()
+        gone = await self._store.heartbeat(self._replica, self._lease, now)
+        self._failing = False
+        self._last_beat = now
+        if gone:
+            log.warning("replicas gone; their leases and batches are taken up",
+                        replicas=gone)  # fmt: skip
+            self._on_gone(gone)
+        alive = await self._store.replicas(now)
+        self._metrics.replicas.set(max(1, len(alive)))
+        if self._shared and self._limiter is not None:
+            self._limiter.share(*self._part(alive))
+
+    def _part(self, alive: list[Replica]) -> tuple[int, int]:
+        """(rank, members) for the limiter: see the module's docstring."""
+        ids = [replica.id for replica in alive]
+        if self._replica not in ids:
+            return 0, 0
+        newest = max(replica.started_at for replica in alive)
+        # One second of leeway for the clocks of different hosts.
+        known = all(
+            replica.seen_at > newest + 1.0 for replica in alive if replica.id != self._replica
+        )
+        if known:
+            return ids.index(self._replica), len(ids)
+        mine = next(replica for replica in alive if replica.id == self._replica)
+        if mine.started_at == newest:
+            return 0, 0
+        return len(ids) - 1, len(ids)  # the smallest part

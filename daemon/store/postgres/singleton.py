@@ -1,0 +1,80 @@
+"""The singleton jobs' lock: a session advisory lock, on a connection of its own.
+
+The lock lives as long as the session that took it, so it is held on a dedicated
+connection, never one of the pool's (a pooled connection goes back to others with the
+lock still on it). When the holder dies its connection closes and the server frees the
+lock at once; when the network between them fails, the server notices through TCP
+keepalives (set short here: 5 s idle, then 3 probes 2 s apart, about 11 s) and the
+holder through its next check, which fails within `check_timeout`: the holder stops
+its jobs before the lock is freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import psycopg
+from psycopg import conninfo
+
+from daemon.store import StoreUnavailable
+
+# "rcvdjobs" in ASCII.
+SINGLETON_LOCK = 0x726376646A6F6273
+
+
+class AdvisoryLock:
+    def __init__(self, url: str, *, connect_timeout: float = 5.0, check_timeout: float = 3.0):
+        self._url = url
+        self._connect_timeout = connect_timeout
+        self._check_timeout = check_timeout
+        self._connection: psycopg.AsyncConnection[tuple[object, ...]] | None = None
+
+    async def acquire(self) -> bool:
+        """Take the lock if no other session holds it; StoreUnavailable when the server
+        cannot be reached."""
+        try:
+            async with asyncio.timeout(self._connect_timeout + self._check_timeout):
+                if self._connection is None or self._connection.closed:
+                    self._connection = await psycopg.AsyncConnection.connect(
+                        conninfo.make_conninfo(self._url, keepalives=1, keepalives_idle=5,
+                                               keepalives_interval=2, keepalives_count=3),
+                        autocommit=True, connect_timeout=max(1, int(self._connect_timeout)),
+                    )  # fmt: skip
+                    # The server's side of the keepalives: it frees the lock of a holder
+                    # it cannot reach within about 11 s.
+                    await self._connection.execute(
+                        b"SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; "
+                        b"SET tcp_keepalives_count = 3"
+                    )
+                cursor = await self._connection.execute(
+                    "SELECT pg_try_advisory_lock(%s)", (SINGLETON_LOCK,)
+                )
+                row = await cursor.fetchone()
+        except (psycopg.Error, TimeoutError, OSError) as exc:
+            await self.release()
+            raise StoreUnavailable(
+                f"cannot take the singleton lock: {type(exc).__name__}"
+            ) from None
+        return bool(row and row[0])
+
+    async def held(self) -> bool:
+        """Whether the lock is still this process's: its session answers in time."""
+        connection = self._connection
+        if connection is None or connection.closed:
+            return False
+        try:
+            async with asyncio.timeout(self._check_timeout):
+                await connection.execute("SELECT 1")
+        except (psycopg.Error, TimeoutError, OSError):
+            await self.release()
+            return False
+        return True
+
+    async def release(self) -> None:
+        """Let the lock go: the session ends, and the lock with it."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
+                async with asyncio.timeout(self._check_timeout):
+                    await connection.close()
