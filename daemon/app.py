@@ -40,7 +40,7 @@ from daemon.retention import Retention
 from daemon.rules.live import LiveRules
 from daemon.settings import PREFIX, Settings, SettingsError
 from daemon.store import Store, StoreUnavailable, open_store
-from daemon.supervisor import Supervisor, Work
+from daemon.supervisor import Supervisor
 from daemon.sweeps import Sweeper, SweepRunner, SweepTiming, sweep_routes
 from daemon.upstream import (
     BreakerPolicy,
@@ -120,7 +120,7 @@ async def running(
         )  # fmt: skip
         heartbeat = Heartbeat(
             store, replica, metrics, lease=settings.REPLICA_LEASE, limiter=client.limiter,
-            on_gone=pipeline.replicas_gone, wall_clock=wall_clock,
+            on_gone=pipeline.replicas_gone, supervisor=supervisor, wall_clock=wall_clock,
         )  # fmt: skip
         retention = Retention(
             store, metrics, keep=settings.RETENTION, dlq_retention=rotator.dlq_retention,
@@ -163,8 +163,8 @@ async def running(
                 rotator.running,
                 sweeper.running,
                 lambda: _notifying(store, metrics, tuning, supervisor, wall_clock),
-                lambda: _supervised(supervisor, "retention", retention.run),
-                lambda: _supervised(supervisor, "endpoint-remover", remover.run),
+                lambda: supervisor.running("retention", retention.run),
+                lambda: supervisor.running("endpoint-remover", remover.run),
             ],
             metrics,
         )
@@ -173,7 +173,7 @@ async def running(
             rotator.following(),
             pipeline.running(),
             singletons.running(),
-            _supervised(supervisor, "descriptors", descriptors.run),
+            supervisor.running("descriptors", descriptors.run),
         ):
             yield Daemon(
                 store=store,
@@ -325,18 +325,6 @@ async def _notifying(
         )
         async with notifier.running():
             yield notifier
-
-
-@contextlib.asynccontextmanager
-async def _supervised(supervisor: Supervisor, name: str, work: Work) -> AsyncIterator[None]:
-    """`work` under supervision for the block (not required for readiness)."""
-    task = supervisor.spawn(name, work, required=False)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _limited(listener: str, limits: ListenerLimits, metrics: Metrics) -> type[asyncio.Protocol]:

@@ -31,6 +31,7 @@ import structlog
 from daemon.metrics import Metrics
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import Replica
+from daemon.supervisor import Supervisor
 from daemon.upstream import RateLimiter
 
 log = structlog.get_logger(__name__)
@@ -52,6 +53,7 @@ class Heartbeat:
         lease: float = 30.0,
         limiter: RateLimiter | None = None,
         on_gone: Callable[[list[str]], None] = lambda gone: None,
+        supervisor: Supervisor | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -60,6 +62,7 @@ class Heartbeat:
         self._lease = lease
         self._limiter = limiter
         self._on_gone = on_gone
+        self._supervisor = supervisor or Supervisor(metrics)
         self._last_beat = -math.inf
         self._wall_clock = wall_clock
         self._failing = False
@@ -75,13 +78,10 @@ class Heartbeat:
             self._limiter.share(0, 0)
         with contextlib.suppress(StoreUnavailable):  # else the loop's first beat does it
             await self._beat()
-        task = asyncio.create_task(self._run(), name="recoveryd-heartbeat")
         try:
-            yield
+            async with self._supervisor.running("heartbeat", self._run):
+                yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             try:
                 await self._store.leave(self._replica)
             except StoreUnavailable as exc:

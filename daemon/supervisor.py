@@ -10,9 +10,10 @@ until it runs again (STYLE.md 13, after Kubernetes' controllers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -57,6 +58,18 @@ class Supervisor:
         """Start `work` under supervision. While a `required` task is down after a crash,
         `problems()` names it (and `/readyz` fails)."""
         return asyncio.create_task(self._supervise(name, work, required), name=f"recoveryd-{name}")
+
+    @contextlib.asynccontextmanager
+    async def running(self, name: str, work: Work) -> AsyncIterator[None]:
+        """`work` under supervision for the block (not required for readiness), cancelled
+        at its end."""
+        task = self.spawn(name, work, required=False)
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def problems(self) -> list[str]:
         """Why the daemon is not ready on account of its tasks; empty when all run."""

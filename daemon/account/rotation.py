@@ -433,12 +433,8 @@ class Rotator:
         if self._vault is None or not self._vault.shared:
             yield
             return
-        task = self._supervisor.spawn("credentials-follow", self._follow, required=False)
-        try:
+        async with self._supervisor.running("credentials-follow", self._follow):
             yield
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     async def _follow(self) -> None:
         while True:
