@@ -60,6 +60,12 @@ SECRET_KEYS = {
     "accountPassword": "account-password",
     "adminToken": "admin-token",
 }
+# The PostgreSQL store's URL, with a distinctive password, and the key that seals rotated
+# credentials in it (a Fernet key: 32 bytes in URL-safe base64): secrets too.
+STORE_PASSWORD = "pg-pass-e4da3b7fbbce2345"
+STORE_URL = f"postgresql://recoveryd:{STORE_PASSWORD}@db.example.com:5432/recoveryd"
+CREDENTIALS_KEY = base64.urlsafe_b64encode(b"recoveryd-chart-test-key-32bytes").decode()
+POSTGRES_SECRETS = {"url": STORE_URL, "password": STORE_PASSWORD, "credentialsKey": CREDENTIALS_KEY}
 CONFIG = {"serviceUrl": "https://qstash.upstash.io", "headerPrefix": "Upstash"}
 # The least an install takes: the service's URL, its token, the signing key and the
 # admin token (admin.requireToken is on by default).
@@ -163,6 +169,31 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "image": {"digest": "sha256:" + "ab" * 32},
         },
     ),
+    # Several replicas on PostgreSQL, the URL and the credentials key in the chart's Secret,
+    # with token rotation.
+    "postgres": merged(
+        REQUIRED,
+        {
+            "replicaCount": 3,
+            "store": {"type": "postgres", "postgres": {"url": STORE_URL}},
+            "config": {"rotateSchedule": "0 3 * * 0"},
+            "secrets": {
+                "accountUsername": SECRETS["accountUsername"],
+                "accountPassword": SECRETS["accountPassword"],
+                "credentialsKey": CREDENTIALS_KEY,
+            },
+        },
+    ),
+    # The same from Secrets of one's own: the URL in the database operator's (CloudNativePG's
+    # `<cluster>-app`, key `uri`), the rest in secrets.existingSecret. persistence is
+    # ignored with PostgreSQL.
+    "postgres-existing-secret": {
+        "replicaCount": 2,
+        "config": {**CONFIG, "rotateSchedule": "24h"},
+        "secrets": {"existingSecret": "recoveryd-credentials"},
+        "store": {"type": "postgres", "postgres": {"existingSecret": "db-app", "key": "uri"}},
+        "persistence": {"enabled": False},
+    },
 }
 
 # Stand-ins for the monitoring files, used only while the chart lacks them.
@@ -373,6 +404,10 @@ def test_every_manifest_is_valid_kubernetes(render: Render, value_set: str) -> N
                              "Secret", "Service", "ServiceAccount"}),
         ("locked-down", {"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget",
                          "Secret", "Service"}),
+        ("postgres", {"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Secret",
+                      "Service", "ServiceAccount"}),
+        ("postgres-existing-secret", {"ConfigMap", "Deployment", "NetworkPolicy",
+                                      "PodDisruptionBudget", "Service", "ServiceAccount"}),
     ],
 )  # fmt: skip
 def test_each_value_set_renders_its_objects(
@@ -440,6 +475,16 @@ def test_an_upgrade_checks_the_new_rules_with_the_new_image_before_changing_anyt
         ({"ingress": {"hosts": ["https://recoveryd.example.com"]}}, "/ingress/hosts"),
         ({"secrets": {"keys": {"token": "a token"}}}, "/secrets/keys/token"),
         ({"extraEnv": [{"value": "no name"}]}, "/extraEnv/0"),
+        ({"store": {"type": "postgresql"}}, "/store/type"),
+        ({"store": {"type": "mysql"}}, "/store/type"),
+        ({"store": {"postgres": {"password": "pw"}}}, "'password' not allowed"),
+        ({"store": {"postgres": {"existingSecret": "DB_App"}}}, "/store/postgres/existingSecret"),
+        ({"store": {"postgres": {"key": "the url"}}}, "/store/postgres/key"),
+        ({"store": {"postgres": {"url": 5432}}}, "/store/postgres/url"),
+        ({"rollingUpdate": {"maxSurge": "one"}}, "/rollingUpdate/maxSurge"),
+        ({"rollingUpdate": {"maxUnavailable": -1}}, "/rollingUpdate/maxUnavailable"),
+        ({"secrets": {"keys": {"credentialsKey": "a key"}}}, "/secrets/keys/credentialsKey"),
+        ({"topologySpreadConstraints": {"maxSkew": 1}}, "/topologySpreadConstraints"),
     ],
 )
 def test_schema_refuses_bad_values(chart: helm.Chart, changes: dict[str, Any], named: str) -> None:
@@ -452,11 +497,14 @@ def test_schema_refuses_bad_values(chart: helm.Chart, changes: dict[str, Any], n
 
 
 def test_two_replicas_are_refused(chart: helm.Chart) -> None:
-    """replicaCount: 2 fails the render with the reason: SQLite is one pod's file."""
+    """replicaCount: 2 on SQLite fails the render with the reason (SQLite is one pod's
+    file) and the way out: the PostgreSQL store, its URL from a Secret."""
     message = error_of(lambda: chart.render(merged(REQUIRED, {"replicaCount": 2}), name=RELEASE))
     assert (
         "replicaCount: 2 is refused: the SQLite store is one file that one pod may use; "
-        "several replicas need a shared store (PostgreSQL), not available yet"
+        "for several replicas use the PostgreSQL store: set store.type: postgres and give "
+        "the database's URL from a Secret (store.postgres.existingSecret and "
+        "store.postgres.key, or store.postgres.url)"
     ) in message
 
 
@@ -480,6 +528,30 @@ def test_two_replicas_are_refused(chart: helm.Chart) -> None:
         (merged(REQUIRED, {"secrets": {"existingSecret": "mine"}}),
          "secrets.token is set together with secrets.existingSecret"),
         (merged(REQUIRED, {"ingress": {"enabled": True}}), "ingress.hosts needs at least one"),
+        (merged(REQUIRED, {"store": {"type": "postgres"}}),
+         "store.type postgres needs the database's URL: name the Secret holding it in "
+         "store.postgres.existingSecret"),
+        (merged(VALUE_SETS["postgres"], {"store": {"postgres": {"existingSecret": "db-app"}}}),
+         'store.postgres.url is set together with store.postgres.existingSecret: put the URL '
+         'in the Secret "db-app" (key "store-url")'),
+        (merged(VALUE_SETS["postgres-existing-secret"],
+                {"store": {"postgres": {"url": STORE_URL, "existingSecret": ""}}}),
+         'store.postgres.url is set together with secrets.existingSecret: put the URL in the '
+         'Secret "recoveryd-credentials" (key "uri")'),
+        (merged(VALUE_SETS["postgres"], {"secrets": {"credentialsKey": ""}}),
+         "config.rotateSchedule with store.type postgres needs secrets.credentialsKey"),
+        (merged(VALUE_SETS["postgres"], {"store": {"postgres": {"key": "token"}}}),
+         'store.postgres.key "token" is also the key of another secret in secrets.keys'),
+        (merged(VALUE_SETS["postgres"], {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}}),
+         "rollingUpdate.maxSurge and rollingUpdate.maxUnavailable are both 0"),
+        (merged(REQUIRED, {"store": {"postgres": {"existingSecret": "db-app"}}}),
+         "store.postgres.url and store.postgres.existingSecret are for the PostgreSQL store, but "
+         "store.type is sqlite: set store.type: postgres"),
+        (merged(REQUIRED, {"secrets": {"credentialsKey": CREDENTIALS_KEY}}),
+         "secrets.credentialsKey is for store.type postgres only"),
+        (merged(VALUE_SETS["postgres-existing-secret"],
+                {"secrets": {"credentialsKey": CREDENTIALS_KEY}}),
+         "secrets.credentialsKey is set together with secrets.existingSecret"),
     ],
 )  # fmt: skip
 def test_incomplete_values_are_refused(
@@ -487,6 +559,31 @@ def test_incomplete_values_are_refused(
 ) -> None:
     """What the daemon cannot start (or keep its token) without stops the render first."""
     assert message in error_of(lambda: chart.render(values, name=RELEASE))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"store": {"postgres": {"url": f"mysql://root:{STORE_PASSWORD}@db/recoveryd"}}},
+         "store.postgres.url is not a PostgreSQL URL: it must read "
+         "postgresql://USER:PASSWORD@HOST:5432/DATABASE"),
+        ({"store": {"postgres": {"url": f"postgresql://rd:{STORE_PASSWORD} @db/recoveryd"}}},
+         "store.postgres.url is not a PostgreSQL URL"),
+        ({"secrets": {"credentialsKey": CREDENTIALS_KEY.rstrip("=")}},
+         "secrets.credentialsKey is not a Fernet key (32 bytes in URL-safe base64, 44 characters)"),
+        ({"secrets": {"credentialsKey": STORE_PASSWORD}},
+         "secrets.credentialsKey is not a Fernet key"),
+    ],
+)  # fmt: skip
+def test_bad_postgres_secrets_are_refused_without_being_printed(
+    chart: helm.Chart, changes: dict[str, Any], message: str
+) -> None:
+    """The URL and the key are checked by the templates, not the schema (whose errors quote
+    the value): the refusal says what is wrong and never shows the password or the key."""
+    error = error_of(lambda: chart.render(merged(VALUE_SETS["postgres"], changes), name=RELEASE))
+    assert message in error
+    assert STORE_PASSWORD not in error
+    assert CREDENTIALS_KEY[:20] not in error
 
 
 # --- the pod ------------------------------------------------------------------------------
@@ -523,6 +620,7 @@ def test_one_replica_replaced_with_recreate(render: Render) -> None:
     spec = only(render(REQUIRED), "Deployment")["spec"]
     assert spec["replicas"] == 1
     assert spec["strategy"] == {"type": "Recreate"}
+    assert "topologySpreadConstraints" not in spec["template"]["spec"]
 
 
 def test_image_ports_and_probes(render: Render) -> None:
@@ -649,6 +747,174 @@ def test_daemon_accepts_the_environment(render: Render, value_set: str) -> None:
     assert (settings.ADMIN_TOKEN is None) == (value_set == "admin-open")
 
 
+# --- several replicas on PostgreSQL ---------------------------------------------------------
+
+
+def test_postgres_replicas_roll_with_rolling_update(render: Render) -> None:
+    """With the PostgreSQL store replicaCount may be above 1, and a rollout starts each new
+    pod before it stops an old one: callbacks are served throughout."""
+    spec = only(render(VALUE_SETS["postgres"]), "Deployment")["spec"]
+    assert spec["replicas"] == 3
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    tuned = merged(
+        VALUE_SETS["postgres"], {"rollingUpdate": {"maxUnavailable": 1, "maxSurge": "50%"}}
+    )
+    rolling = only(render(tuned), "Deployment")["spec"]["strategy"]["rollingUpdate"]
+    assert rolling == {"maxUnavailable": 1, "maxSurge": "50%"}
+
+
+@pytest.mark.parametrize(
+    ("value_set", "store", "credentials_key"),
+    [
+        ("postgres",
+         {"name": FULLNAME, "key": "store-url"},
+         {"name": FULLNAME, "key": "credentials-key"}),
+        ("postgres-existing-secret",
+         {"name": "db-app", "key": "uri"},
+         {"name": "recoveryd-credentials", "key": "credentials-key"}),
+    ],
+)  # fmt: skip
+def test_postgres_url_and_credentials_key_come_from_secrets(
+    render: Render, value_set: str, store: dict[str, str], credentials_key: dict[str, str]
+) -> None:
+    """RECOVERYD_STORE is the URL from its Secret (it holds a password), and with rotation
+    on RECOVERYD_CREDENTIALS_KEY from the secrets' Secret, required; no credentials file:
+    rotated credentials are kept in the store for every replica."""
+    env = env_of(render(VALUE_SETS[value_set]))
+    assert env["RECOVERYD_STORE"] == {
+        "name": "RECOVERYD_STORE",
+        "valueFrom": {"secretKeyRef": store},
+    }
+    assert env["RECOVERYD_CREDENTIALS_KEY"] == {
+        "name": "RECOVERYD_CREDENTIALS_KEY",
+        "valueFrom": {"secretKeyRef": credentials_key},
+    }
+    assert "RECOVERYD_CREDENTIALS_FILE" not in env
+
+
+def test_postgres_secrets_in_the_charts_secret(render: Render) -> None:
+    """store.postgres.url and secrets.credentialsKey are written to the chart's Secret, under
+    store.postgres.key and secrets.keys.credentialsKey."""
+    secret = only(render(VALUE_SETS["postgres"]), "Secret")
+    decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert decoded["store-url"] == STORE_URL
+    assert decoded["credentials-key"] == CREDENTIALS_KEY
+
+
+def test_postgres_credentials_key_without_rotation(render: Render) -> None:
+    """No rotation schedule: the key is left out when the chart's Secret lacks it, and is
+    optional in an existing Secret (where it lets `recoveryd rotate-token` keep its token)."""
+    owned = merged(VALUE_SETS["postgres"], {"config": {"rotateSchedule": ""},
+                                            "secrets": {"credentialsKey": ""}})  # fmt: skip
+    assert "RECOVERYD_CREDENTIALS_KEY" not in env_of(render(owned))
+    existing = merged(VALUE_SETS["postgres-existing-secret"], {"config": {"rotateSchedule": ""}})
+    ref = env_of(render(existing))["RECOVERYD_CREDENTIALS_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "recoveryd-credentials", "key": "credentials-key", "optional": True}
+
+
+def test_postgres_url_from_the_secrets_existing_secret(render: Render) -> None:
+    """With no Secret of its own for the URL, it is read from secrets.existingSecret."""
+    values = merged(VALUE_SETS["postgres-existing-secret"], {"store": {"postgres": {
+        "existingSecret": "", "key": "store-url"}}})  # fmt: skip
+    ref = env_of(render(values))["RECOVERYD_STORE"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "recoveryd-credentials", "key": "store-url"}
+
+
+@pytest.mark.parametrize(
+    "persistence",
+    [{}, {"enabled": False}, {"existingClaim": "recoveryd-state"}],
+    ids=["default", "off", "existing-claim"],
+)
+def test_postgres_needs_no_claim(render: Render, persistence: dict[str, Any]) -> None:
+    """No PVC with PostgreSQL, whatever `persistence` says: nothing is kept in the pod.
+    /var/lib/recoveryd (the image's TMPDIR) is a size-limited emptyDir."""
+    manifests = render(merged(VALUE_SETS["postgres"], {"persistence": persistence}))
+    assert "PersistentVolumeClaim" not in kinds(manifests)
+    volumes = only(manifests, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    (state,) = [v for v in volumes if v["name"] == "state"]
+    assert state == {"name": "state", "emptyDir": {"sizeLimit": "64Mi"}}
+    mounts = {m["name"]: m["mountPath"] for m in container(manifests)["volumeMounts"]}
+    assert mounts["state"] == "/var/lib/recoveryd"
+
+
+@pytest.mark.parametrize("value_set", ["postgres", "postgres-existing-secret"])
+def test_several_replicas_keep_one_up_in_a_drain(render: Render, value_set: str) -> None:
+    """minAvailable: 1 over the Deployment's pods: a drain never evicts the last ready
+    replica, and an unhealthy one never holds a drain up. Valid for every supported
+    Kubernetes."""
+    manifests = render(VALUE_SETS[value_set])
+    budget = only(manifests, "PodDisruptionBudget")
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(budget, version, strict=True)
+    assert budget["spec"]["minAvailable"] == 1
+    assert "maxUnavailable" not in budget["spec"]
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    pod_labels = only(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_several_replicas_prefer_different_nodes(render: Render) -> None:
+    """The replicas are spread across nodes as a preference (ScheduleAnyway: never a pod
+    left unscheduled), each rollout's pods among themselves; a list of one's own wins."""
+    manifests = render(VALUE_SETS["postgres"])
+    template = only(manifests, "Deployment")["spec"]["template"]
+    (spread,) = template["spec"]["topologySpreadConstraints"]
+    assert spread == {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "recoveryd",
+                                          "app.kubernetes.io/instance": RELEASE}},
+        "matchLabelKeys": ["pod-template-hash"],
+    }  # fmt: skip
+    assert spread["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    one = only(render(merged(VALUE_SETS["postgres"], {"replicaCount": 1})), "Deployment")
+    assert "topologySpreadConstraints" not in one["spec"]["template"]["spec"]
+    zones = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": RELEASE}},
+        }
+    ]
+    own = merged(VALUE_SETS["postgres"], {"topologySpreadConstraints": zones})
+    pod = only(render(own), "Deployment")["spec"]["template"]["spec"]
+    assert pod["topologySpreadConstraints"] == zones
+
+
+def test_daemon_accepts_the_postgres_environment(render: Render) -> None:
+    """recoveryd's settings loader takes the PostgreSQL environment: the store's URL, the
+    credentials key in place of a credentials file, rotation on."""
+    settings = load_settings(resolved_environ(render(VALUE_SETS["postgres"])))
+    assert settings.STORE == STORE_URL
+    assert settings.CREDENTIALS_KEY is not None
+    assert settings.CREDENTIALS_KEY.get_secret_value() == CREDENTIALS_KEY
+    assert settings.CREDENTIALS_FILE is None
+    assert settings.ROTATE_SCHEDULE == "0 3 * * 0"
+
+
+def test_the_several_replicas_example_renders(render: Render) -> None:
+    """The values the chart's README gives under "Several replicas" render valid objects:
+    three replicas on PostgreSQL, rolled with RollingUpdate, with a budget."""
+    readme = (CHART / "README.md").read_text()
+    part = readme.split("## Several replicas", 1)[1]
+    example = re.search(r"```yaml\n(.*?)```", part, re.DOTALL)
+    assert example is not None
+    manifests = render(yaml.safe_load(example.group(1)))
+    deployment = only(manifests, "Deployment")
+    assert deployment["spec"]["replicas"] > 1
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert "PersistentVolumeClaim" not in kinds(manifests)
+    assert only(manifests, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    for manifest in manifests:
+        if manifest["kind"] not in CUSTOM_RESOURCES:
+            kubernetes_validate.validate(manifest, KUBERNETES_VERSIONS[-1], strict=True)
+
+
 # --- secrets --------------------------------------------------------------------------------
 
 
@@ -659,18 +925,21 @@ def encodings(value: str) -> set[str]:
 @pytest.mark.parametrize("value_set", VALUE_SETS)
 def test_secrets_only_in_the_secret(render: Render, value_set: str) -> None:
     """No secret value, plain or base64, outside the Secret: not in a ConfigMap, not in an
-    env value; every secret variable comes from a secretKeyRef."""
+    env value; every secret variable (the PostgreSQL URL and the credentials key too)
+    comes from a secretKeyRef."""
     manifests = render(VALUE_SETS[value_set])
+    values = [*SECRETS.values(), *POSTGRES_SECRETS.values()]
     outside = "\n".join(yaml.safe_dump(m) for m in manifests if m["kind"] != "Secret")
-    for value in SECRETS.values():
+    for value in values:
         for form in encodings(value):
             assert form not in outside
+    secret_variables = {*SECRET_VARIABLES.values(), "RECOVERYD_CREDENTIALS_KEY"}
     for name, item in env_of(manifests).items():
-        if name in SECRET_VARIABLES.values():
+        if name in secret_variables or item.get("value", "").startswith("postgres"):
             assert set(item) == {"name", "valueFrom"}
             assert set(item["valueFrom"]) == {"secretKeyRef"}
     # Nor in plain text in the Secret: its data is base64.
-    assert not [m["kind"] for m in manifests if any(v in json.dumps(m) for v in SECRETS.values())]
+    assert not [m["kind"] for m in manifests if any(v in json.dumps(m) for v in values)]
 
 
 def test_chart_secret_holds_the_given_secrets(render: Render) -> None:
@@ -824,8 +1093,14 @@ def test_network_policy_restricted_egress_keeps_dns(render: Render) -> None:
     assert https["ports"] == [{"port": 443, "protocol": "TCP"}]
 
 
-def test_disruption_budget_never_blocks_a_drain(render: Render) -> None:
-    spec = only(render(REQUIRED), "PodDisruptionBudget")["spec"]
+@pytest.mark.parametrize(
+    "values",
+    [REQUIRED, merged(VALUE_SETS["postgres"], {"replicaCount": 1})],
+    ids=["sqlite", "postgres"],
+)
+def test_disruption_budget_never_blocks_a_drain(render: Render, values: dict[str, Any]) -> None:
+    """One replica, on either store: a drain may move it."""
+    spec = only(render(values), "PodDisruptionBudget")["spec"]
     assert spec["maxUnavailable"] == 1
     assert "minAvailable" not in spec
 
@@ -919,6 +1194,8 @@ def test_release_named_recoveryd_is_not_repeated(chart: helm.Chart) -> None:
         ("default", ["config.publicUrl is empty"]),
         ("admin-open", ["config.publicUrl is empty", "admin.requireToken is false"]),
         ("persistence-off", ["config.publicUrl is empty", "persistence.enabled is false"]),
+        # persistence is ignored with PostgreSQL: nothing is kept in the pod.
+        ("postgres-existing-secret", ["config.publicUrl is empty"]),
     ],
 )
 def test_notes_warn_about_what_is_unsafe(

@@ -78,6 +78,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "recoveryd.fullname" .) .Values.secrets.existingSecret }}
 {{- end }}
 
+{{/* "true" with the PostgreSQL store (store.type postgres), empty with SQLite. */}}
+{{- define "recoveryd.postgres" -}}
+{{- if eq .Values.store.type "postgres" }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding the PostgreSQL URL: store.postgres.existingSecret, else the secrets' one. */}}
+{{- define "recoveryd.storeSecretName" -}}
+{{- default (include "recoveryd.secretName" .) .Values.store.postgres.existingSecret }}
+{{- end }}
+
 {{/* The PVC of the state volume: the existing one, or the chart's. */}}
 {{- define "recoveryd.claimName" -}}
 {{- default (printf "%s-state" (include "recoveryd.fullname" .)) .Values.persistence.existingClaim }}
@@ -88,15 +98,16 @@ Checks across values that values.schema.json cannot express; each failure says w
 change. Included by the Deployment, so that every render runs them.
 */}}
 {{- define "recoveryd.validate" -}}
-{{- if gt (int .Values.replicaCount) 1 }}
-{{- fail (printf "replicaCount: %d is refused: the SQLite store is one file that one pod may use; several replicas need a shared store (PostgreSQL), not available yet" (int .Values.replicaCount)) }}
+{{- $postgres := include "recoveryd.postgres" . }}
+{{- if and (gt (int .Values.replicaCount) 1) (not $postgres) }}
+{{- fail (printf "replicaCount: %d is refused: the SQLite store is one file that one pod may use; for several replicas use the PostgreSQL store: set store.type: postgres and give the database's URL from a Secret (store.postgres.existingSecret and store.postgres.key, or store.postgres.url)" (int .Values.replicaCount)) }}
 {{- end }}
 {{- if not .Values.config.serviceUrl }}
 {{- fail "config.serviceUrl is required: the base URL of the service's API, e.g. https://qstash.upstash.io" }}
 {{- end }}
 {{- $s := .Values.secrets }}
 {{- if $s.existingSecret }}
-{{- range $key := list "token" "signingKeyCurrent" "signingKeyNext" "accountUsername" "accountPassword" "adminToken" }}
+{{- range $key := list "token" "signingKeyCurrent" "signingKeyNext" "accountUsername" "accountPassword" "adminToken" "credentialsKey" }}
 {{- if index $s $key }}
 {{- fail (printf "secrets.%s is set together with secrets.existingSecret: put it in the Secret %q (key %q) instead, or leave existingSecret empty" $key $s.existingSecret (index $s.keys $key)) }}
 {{- end }}
@@ -115,11 +126,48 @@ change. Included by the Deployment, so that every render runs them.
 {{- fail "config.rotateSchedule needs secrets.accountUsername and secrets.accountPassword: the token reset authenticates with them" }}
 {{- end }}
 {{- end }}
+{{- $pg := .Values.store.postgres }}
+{{- if $postgres }}
+{{- /* No value is ever printed: the URL holds a password, the key is a secret. */}}
+{{- if $pg.url }}
+{{- if not (regexMatch `^postgres(ql)?://\S+$` $pg.url) }}
+{{- fail "store.postgres.url is not a PostgreSQL URL: it must read postgresql://USER:PASSWORD@HOST:5432/DATABASE (or postgres://...), with no spaces" }}
+{{- end }}
+{{- if $pg.existingSecret }}
+{{- fail (printf "store.postgres.url is set together with store.postgres.existingSecret: put the URL in the Secret %q (key %q) instead, or leave existingSecret empty" $pg.existingSecret $pg.key) }}
+{{- end }}
+{{- if $s.existingSecret }}
+{{- fail (printf "store.postgres.url is set together with secrets.existingSecret: put the URL in the Secret %q (key %q) instead, or name the Secret that holds it in store.postgres.existingSecret" $s.existingSecret $pg.key) }}
+{{- end }}
+{{- else if not (or $pg.existingSecret $s.existingSecret) }}
+{{- fail "store.type postgres needs the database's URL: name the Secret holding it in store.postgres.existingSecret (its key in store.postgres.key), or give it in store.postgres.url" }}
+{{- end }}
+{{- if and (not $pg.existingSecret) (has $pg.key (values $s.keys)) }}
+{{- fail (printf "store.postgres.key %q is also the key of another secret in secrets.keys: the URL shares their Secret, so give it a key of its own" $pg.key) }}
+{{- end }}
+{{- if and $s.credentialsKey (not (regexMatch `^[-_+/A-Za-z0-9]{43}=$` (trim $s.credentialsKey))) }}
+{{- fail "secrets.credentialsKey is not a Fernet key (32 bytes in URL-safe base64, 44 characters); generate one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`" }}
+{{- end }}
+{{- if and .Values.config.rotateSchedule (not $s.existingSecret) (not $s.credentialsKey) }}
+{{- fail "config.rotateSchedule with store.type postgres needs secrets.credentialsKey: the rotated token is kept in the store, sealed with this key, so that every replica reads it; generate one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`" }}
+{{- end }}
+{{- $zero := list "0" "0%" }}
+{{- if and (has (toString .Values.rollingUpdate.maxSurge) $zero) (has (toString .Values.rollingUpdate.maxUnavailable) $zero) }}
+{{- fail "rollingUpdate.maxSurge and rollingUpdate.maxUnavailable are both 0: a rollout could neither add a pod nor stop one; keep maxSurge: 1" }}
+{{- end }}
+{{- else }}
+{{- if or $pg.url $pg.existingSecret }}
+{{- fail "store.postgres.url and store.postgres.existingSecret are for the PostgreSQL store, but store.type is sqlite: set store.type: postgres to use it" }}
+{{- end }}
+{{- if $s.credentialsKey }}
+{{- fail "secrets.credentialsKey is for store.type postgres only: with SQLite the rotated token is kept in the credentials file on the state volume" }}
+{{- end }}
 {{- if and .Values.config.rotateSchedule (not .Values.persistence.enabled) }}
 {{- fail "config.rotateSchedule needs persistence.enabled: a rotated token is kept only in the credentials file on the state volume, and an emptyDir would lose it with the pod, locking the account out" }}
 {{- end }}
 {{- if and (or $s.accountUsername $s.accountPassword) (not .Values.persistence.enabled) }}
 {{- fail "secrets.accountUsername and secrets.accountPassword need persistence.enabled: they let recoveryd rotate the token (`recoveryd rotate-token` too), and the rotated token is kept only in the credentials file on the state volume; an emptyDir would lose it with the pod, locking the account out" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
 {{- fail "ingress.hosts needs at least one host name when ingress.enabled is true" }}
