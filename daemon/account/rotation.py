@@ -64,6 +64,11 @@ LOCKOUT_HELP = (
     'file as {"token": "...", "password": "..."} (reset the token in the service\'s '
     "console to get one); it re-reads the file while locked out, or restart it"
 )
+SHARED_LOCKOUT_HELP = (
+    "recoveryd makes no calls until a token that works is in hand: get one from the "
+    "service's console, delete the credentials saved in the store (DELETE FROM "
+    "credentials), set RECOVERYD_TOKEN to it and restart the replicas"
+)
 
 
 @dataclass(frozen=True)
@@ -395,7 +400,8 @@ class Rotator:
         self._holder.lock_out()
         self._trouble = f"locked out: {reason}"
         self._metrics.token_lockout.set(1)
-        log.error(f"TOKEN LOCKOUT: {reason}. {LOCKOUT_HELP}")
+        shared = self._vault is not None and self._vault.shared
+        log.error(f"TOKEN LOCKOUT: {reason}. {SHARED_LOCKOUT_HELP if shared else LOCKOUT_HELP}")
 
     async def _finish(self, rotation_id: int, result: RotationResult, reason: str | None) -> None:
         now = self._wall_clock()
