@@ -13,11 +13,18 @@ whose rate limiter learns the limit from the answers as recoveryd's does. It nee
 2N calls. It drains `--naive-entries` (fewer than `--entries` by default, to keep the
 run short): its per-run figures are measured, its drain time for `--entries` is scaled.
 
+With `--replicas N` (N > 1, or `--store postgres`), N `recoveryd serve` processes share
+one PostgreSQL store (a durable server the bench starts on loopback: fsync and
+synchronous_commit on), and the callbacks are spread over them in turn. They share the
+account's limit (each takes its part, daemon/replicas.py), so the theoretical drain is
+the same as one replica's. The clock starts once every replica has seen the others.
+
 Every figure of calls comes from the emulator's journal and stats, every resumed run
 is checked against the seeded dlqIds, or the run fails with status 1.
 Targets: drain rate >= 90% of the theoretical limit, < 1.05 upstream calls per
 recovered run, zero 429s once the limit is known (counted: every 429).
 Run: python -m bench.drain [--entries N] [--rate N] [--naive-entries N] [--skip-naive]
+                           [--replicas N] [--store sqlite|postgres]
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import httpx
 from bench import servers
 from bench.ingest import log_problems
 from bench.options import positive_int
+from bench.postgres import Unavailable, durable_server
 from bench.servers import HOST, Server, ServerError, _running, free_port, log_tail
 from daemon.emulator.signing import sign
 from daemon.upstream import (
@@ -102,6 +110,8 @@ class Options:
     rate: int
     naive_entries: int
     skip_naive: bool
+    replicas: int = 1
+    store: str = "sqlite"
 
 
 @dataclass(frozen=True)
@@ -158,15 +168,50 @@ def emulator_server(workdir: Path, rate: int) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def recoveryd_server(workdir: Path, service_url: str) -> Iterator[Server]:
-    """`recoveryd serve` as shipped (production pipeline tuning), with the one-rule file."""
+def recoveryd_servers(workdir: Path, service_url: str, options: Options) -> Iterator[list[Server]]:
+    """`recoveryd serve` as shipped (production pipeline tuning), with the one-rule file:
+    one on SQLite, or `options.replicas` on one PostgreSQL store."""
     rules = workdir / "rules.yaml"
     rules.write_text(RULES)
-    store = workdir / "recoveryd.db"
-    with servers.recoveryd_server(
-        workdir, store, SIGNING_KEY, service_url=service_url, rules=rules, token=TOKEN
-    ) as server:
-        yield server
+    with contextlib.ExitStack() as stack:
+        if options.store == "sqlite":
+            store: Path | str = workdir / "recoveryd.db"
+            more: dict[str, str] = {}
+        else:
+            try:
+                store = stack.enter_context(durable_server()).url
+            except Unavailable as exc:
+                raise BenchmarkError(f"no PostgreSQL: {exc}") from None
+            # Heartbeats every second: the replicas find each other, and their parts of
+            # the limit, within seconds of starting.
+            more = {"RECOVERYD_REPLICA_LEASE": "3s"}
+        started = []
+        for number in range(options.replicas):
+            folder = workdir / f"replica-{number}"
+            folder.mkdir()
+            started.append(stack.enter_context(servers.recoveryd_server(
+                folder, store, SIGNING_KEY, name=f"recoveryd serve #{number}",
+                service_url=service_url, rules=rules, token=TOKEN, more_settings=more,
+            )))  # fmt: skip
+        if options.store == "postgres":
+            asyncio.run(all_see_each_other(started))
+        yield started
+
+
+async def all_see_each_other(replicas: Sequence[Server]) -> None:
+    """Until each replica counts them all (30 s at most), then two heartbeats more: a
+    replica takes its part of the limit once the others have seen it (daemon/replicas.py)."""
+    wanted = f"recoveryd_replicas {float(len(replicas))}"
+
+    async def counts_all(http: httpx.AsyncClient, replica: Server) -> bool:
+        metrics = await http.get(f"{url_of(replica, replica.admin_port)}/metrics")
+        return wanted in metrics.text
+
+    async with httpx.AsyncClient(timeout=5) as http, asyncio.timeout(30):
+        for replica in replicas:
+            while not await counts_all(http, replica):  # noqa: ASYNC110 (another process)
+                await asyncio.sleep(POLL)
+    await asyncio.sleep(2.0)
 
 
 def url_of(server: Server, port: int | None = None) -> str:
@@ -289,17 +334,19 @@ class Callbacks:
         return body, {"Content-Type": "application/json", f"{ISSUER}-Signature": signature}
 
 
-async def post_callbacks(url: str, dlq_ids: Sequence[str]) -> float:
-    """Each dlqId's callback, POSTERS at a time; each must be accepted. The wall-clock
-    time the last one was."""
-    callbacks = Callbacks(f"{url}/callbacks")
-    todo = iter(dlq_ids)
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+async def post_callbacks(urls: Sequence[str], dlq_ids: Sequence[str]) -> float:
+    """Each dlqId's callback, POSTERS at a time, to each of `urls` in turn (each signed for
+    the first: replicas share one public URL); each must be accepted. The wall-clock time
+    the last one was."""
+    callbacks = Callbacks(f"{urls[0]}/callbacks")
+    todo = iter(enumerate(dlq_ids))
+    async with httpx.AsyncClient(timeout=30) as http:
 
         async def poster() -> None:
-            for dlq_id in todo:
+            for number, dlq_id in todo:
                 body, headers = callbacks.request(dlq_id)
-                response = await http.post("/callbacks", content=body, headers=headers)
+                url = f"{urls[number % len(urls)]}/callbacks"
+                response = await http.post(url, content=body, headers=headers)
                 if response.status_code != 200:
                     raise BenchmarkError(
                         f"callback {dlq_id}: {response.status_code} {response.text}"
@@ -340,14 +387,16 @@ class Timeline:
         return cls(first - started, posted - started, last("get"), last("bulk"), seconds)
 
 
-async def send_and_wait(recoveryd: Server, dlq_ids: Sequence[str], rate: int) -> float:
+async def send_and_wait(recoveryd: Sequence[Server], dlq_ids: Sequence[str], rate: int) -> float:
     """Send the callbacks while polling recoveryd's status until every dlqId is done;
     the wall-clock time the last callback was accepted. Whichever fails first ends the
     wait: a refused callback need not wait for the timeout, three times what the GETs
     alone need at `rate`, and 30 s."""
     timeout = 30 + 3 * len(dlq_ids) / rate
-    posting = asyncio.create_task(post_callbacks(url_of(recoveryd), dlq_ids))
-    waiting = asyncio.create_task(wait_done(url_of(recoveryd, recoveryd.admin_port), len(dlq_ids)))
+    urls = [url_of(replica) for replica in recoveryd]
+    posting = asyncio.create_task(post_callbacks(urls, dlq_ids))
+    admin = url_of(recoveryd[0], recoveryd[0].admin_port)  # counts are the store's: shared
+    waiting = asyncio.create_task(wait_done(admin, len(dlq_ids)))
     done, late = await asyncio.wait(
         {posting, waiting}, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
     )
@@ -364,7 +413,7 @@ async def send_and_wait(recoveryd: Server, dlq_ids: Sequence[str], rate: int) ->
 
 
 async def drain_recoveryd(
-    control: httpx.AsyncClient, recoveryd: Server, options: Options
+    control: httpx.AsyncClient, recoveryd: Sequence[Server], options: Options
 ) -> tuple[Drain, Seen, Timeline]:
     dlq_ids = await seed(control, options.entries)
     required = options.entries + math.ceil(options.entries / MAX_BULK)
@@ -510,9 +559,11 @@ def report_exit(recoveryd: Server) -> None:
 
 def print_header(options: Options) -> None:
     naive = "skipped" if options.skip_naive else f"{options.naive_entries:,} entries"
+    store = "SQLite" if options.store == "sqlite" else "one PostgreSQL (fsync on)"
     print(
         f"recoveryd drain: {options.entries:,} workflow DLQ entries, the emulator enforcing "
-        f"{options.rate} requests/s; naive baseline: {naive}"
+        f"{options.rate} requests/s; {options.replicas} recoveryd on {store}; naive "
+        f"baseline: {naive}"
     )
     print(
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -521,10 +572,11 @@ def print_header(options: Options) -> None:
     )
 
 
-async def measure(emulator: Server, recoveryd: Server, options: Options) -> None:
+async def measure(emulator: Server, recoveryd: Sequence[Server], options: Options) -> None:
     async with httpx.AsyncClient(base_url=url_of(emulator), timeout=60) as control:
         drain, seen, timeline = await drain_recoveryd(control, recoveryd, options)
-        report_exit(recoveryd)  # idle from now on, but out of the naive baseline's way
+        for replica in recoveryd:  # idle from now on, but out of the naive baseline's way
+            report_exit(replica)
         drains = [drain]
         if not options.skip_naive:
             drains.append(await drain_naive(control, url_of(emulator), options))
@@ -541,7 +593,7 @@ def run(options: Options) -> None:
         workdir = Path(tmp)
         with (
             emulator_server(workdir, options.rate) as emulator,
-            recoveryd_server(workdir, url_of(emulator)) as recoveryd,
+            recoveryd_servers(workdir, url_of(emulator), options) as recoveryd,
         ):
             asyncio.run(measure(emulator, recoveryd, options))
 
@@ -558,8 +610,17 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         "--naive-entries", type=positive_int, default=2_000, help="entries the baseline drains"
     )
     parser.add_argument("--skip-naive", action="store_true", help="measure recoveryd only")
+    parser.add_argument(
+        "--replicas", type=positive_int, default=1, help="recoveryd processes (PostgreSQL if > 1)"
+    )
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default=None)
     args = parser.parse_args(argv)
-    return Options(args.entries, args.rate, args.naive_entries, args.skip_naive)
+    store = args.store or ("postgres" if args.replicas > 1 else "sqlite")
+    if store == "sqlite" and args.replicas > 1:
+        parser.error("--replicas above 1 needs --store postgres: SQLite is one process's")
+    return Options(
+        args.entries, args.rate, args.naive_entries, args.skip_naive, args.replicas, store
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,10 +47,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User and system CPU time of the process so far, all its threads included."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        # Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-        fields = stat.rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        return stat_cpu_seconds(proc_stat(self.pid))
 
     def stop(self) -> int:
         """SIGTERM, then wait for the exit; the exit status (negative: killed by a signal)."""
@@ -66,6 +63,22 @@ class Server:
                     + log_tail(self.log)
                 ) from None
         return self.exit_status
+
+
+def proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the parenthesised command name: the parent's pid
+    is [1], utime and stime [11] and [12], cutime and cstime (of ended children waited
+    for) [13] and [14], in clock ticks."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def stat_cpu_seconds(fields: list[str], *, ended_children: bool = False) -> float:
+    """User and system CPU time in a process's `proc_stat` fields, all its threads included,
+    and with `ended_children` that of its children that ended."""
+    ticks = int(fields[11]) + int(fields[12])
+    if ended_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _CLOCK_TICKS
 
 
 def free_port() -> int:
@@ -109,16 +122,18 @@ def bare_server(workdir: Path) -> Iterator[Server]:
 @contextlib.contextmanager
 def recoveryd_server(
     workdir: Path,
-    store: Path,
+    store: Path | str,
     signing_key: str,
     *,
+    name: str = "recoveryd serve",
     service_url: str = "http://service.invalid",
     rules: Path = Path(__file__).parent.parent / "rules.yaml",
     token: str = "tok_bench",
     more_settings: Mapping[str, str] | None = None,
 ) -> Iterator[Server]:
-    """`recoveryd serve` as shipped on a SQLite store at `store`, checking signatures with
-    `signing_key`, plus `more_settings` (RECOVERYD_* variables). By default nothing
+    """`recoveryd serve` as shipped on a SQLite store at `store` (or the store a URL
+    names: RECOVERYD_STORE), checking signatures with `signing_key`, plus `more_settings`
+    (RECOVERYD_* variables), called `name` in reports and its log's name. By default nothing
     answers at `service_url`: each accepted callback's fetch fails and backs off in the
     background, off the ingest path that is measured."""
     port, admin_port = free_port(), free_port()
@@ -129,13 +144,11 @@ def recoveryd_server(
         "RECOVERYD_SIGNING_KEY_CURRENT": signing_key,
         "RECOVERYD_LISTEN": f"{HOST}:{port}",
         "RECOVERYD_ADMIN_LISTEN": f"{HOST}:{admin_port}",
-        "RECOVERYD_STORE": f"sqlite:///{store}",
+        "RECOVERYD_STORE": store if isinstance(store, str) else f"sqlite:///{store}",
         "RECOVERYD_LOG_FORMAT": "json",
     } | dict(more_settings or {})
     command = [sys.executable, "-m", "daemon", "serve"]
-    with _running(
-        "recoveryd serve", command, port, workdir, "/readyz", settings, admin_port
-    ) as server:
+    with _running(name, command, port, workdir, "/readyz", settings, admin_port) as server:
         yield server
 
 

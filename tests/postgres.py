@@ -4,7 +4,8 @@
 may create databases). Otherwise each pytest worker starts its own cluster in a
 temporary directory, on a free loopback port, with durability off (a test server need
 not survive a power loss), and stops it at the end. As root, the server runs as the
-`postgres` user, since PostgreSQL refuses to run as root.
+`postgres` user, since PostgreSQL refuses to run as root. bench.ingest starts a durable
+one with these helpers (`own_cluster(durable=True)`).
 
 Each test gets a database of its own (`fresh_database`), dropped afterwards. A test that
 stops and starts the server takes one of its own (`own_cluster`).
@@ -100,11 +101,14 @@ def cluster() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def own_cluster(*, crash_safe: bool = True) -> Iterator[Cluster]:
+def own_cluster(*, crash_safe: bool = True, durable: bool = False) -> Iterator[Cluster]:
     """A server started for the block from this machine's binaries, whatever ENVIRONMENT
     says (so that a test may stop it). `crash_safe`: a commit is written out before it
     returns (synchronous_commit on), so that it outlives `stop()`; without it, as for the
-    shared server, the last few commits before a crash may be lost."""
+    shared server, the last few commits before a crash may be lost. `durable`: crash-safe
+    and flushed to disk as well (fsync and full_page_writes on, PostgreSQL's defaults), so
+    that a commit outlives a power loss: bench.ingest's server, timed against SQLite's
+    synchronous=FULL."""
     bin_dir = binaries()
     if bin_dir is None:
         raise RuntimeError(unavailable())
@@ -118,8 +122,8 @@ def own_cluster(*, crash_safe: bool = True) -> Iterator[Cluster]:
     port = _free_port()
     options = (
         f"-c listen_addresses=127.0.0.1 -c port={port} -k {sockets} "
-        f"-c fsync=off -c synchronous_commit={'on' if crash_safe else 'off'} "
-        "-c full_page_writes=off -c max_connections=300 -c shared_buffers=64MB"
+        f"-c fsync={_on(durable)} -c synchronous_commit={_on(crash_safe or durable)} "
+        f"-c full_page_writes={_on(durable)} -c max_connections=300 -c shared_buffers=64MB"
     )
     server = Cluster(f"postgresql://{USER}@127.0.0.1:{port}/postgres", base, options, prefix,
                      bin_dir)  # fmt: skip
@@ -136,6 +140,11 @@ def own_cluster(*, crash_safe: bool = True) -> Iterator[Cluster]:
             server.stop(check=False)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _on(value: bool) -> str:
+    """A boolean setting's value."""
+    return "on" if value else "off"
 
 
 @contextlib.contextmanager
