@@ -9,11 +9,17 @@ sample failure callback with a dlqId never sent before, signed just before its r
 over the same keep-alive connections in a closed loop. After a warm-up, timed rounds
 alternate between the servers so that drift on a noisy machine hits them alike; a
 server's rate is its median round, its latencies are over all its rounds.
-Every answer must be a 200 (from recoveryd, "accepted" for the dlqId sent) and the store
-must end up holding exactly the accepted dlqIds, or the run fails with status 1.
+With `--store sqlite,postgres` (the default) recoveryd runs twice, on SQLite and on a
+PostgreSQL server the bench starts on loopback (bench/postgres.py: fsync,
+synchronous_commit and full_page_writes on, as durable as SQLite's synchronous=FULL),
+both in the same alternating rounds; a machine without PostgreSQL's binaries skips it
+and says why. Every answer must be a 200 (from recoveryd, "accepted" for the dlqId sent)
+and each store must end up holding exactly the dlqIds it accepted, or the run fails
+with status 1.
 Target: recoveryd/bare >= 0.5. `--profile` samples recoveryd with py-spy during one
 extra round and prints its heaviest functions.
 Run: python -m bench.ingest [--requests N] [--connections N] [--rounds N] [--profile]
+                            [--store sqlite,postgres]
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +46,7 @@ import httpx
 from bench import pyspy
 from bench.loadgen import LoadError, Round, run_round
 from bench.options import positive_int
+from bench.postgres import PostgresServer, Unavailable, durable_server
 from bench.servers import (
     Server,
     ServerError,
@@ -71,6 +78,7 @@ class Options:
     rounds: int
     warmup: int
     profile: bool
+    stores: tuple[str, ...] = ("sqlite", "postgres")
 
 
 @dataclass(frozen=True)
@@ -131,7 +139,7 @@ class Bench:
     def __init__(self, callbacks: SignedCallbacks, connections: int) -> None:
         self._callbacks = callbacks
         self._connections = connections
-        self.accepted: set[str] = set()
+        self.accepted: dict[str, set[str]] = {}  # by server name
 
     def prepare(self, target: Target, count: int) -> Batch:
         return self._callbacks.batch(target.server.host, target.server.port, count)
@@ -148,7 +156,7 @@ class Bench:
         )
         _check_answers(target, result, batch.dlq_ids)
         if target.stores:
-            self.accepted.update(batch.dlq_ids)
+            self.accepted.setdefault(target.name, set()).update(batch.dlq_ids)
         return result
 
     def round(self, target: Target, count: int) -> Round:
@@ -247,7 +255,9 @@ class Summary:
         )
 
 
-def print_summary(summaries: dict[str, Summary], ceiling: str, bare: str, recoveryd: str) -> None:
+def print_summary(
+    summaries: dict[str, Summary], ceiling: str, bare: str, recoveryd: Sequence[str]
+) -> None:
     columns = ("req/s", "p50 ms", "p99 ms", "CPU: server", "generator")
     print("\n{:<20} {:>9}  {:>7} {:>7}  {:>11} {:>9}".format("", *columns))
     for name, summary in summaries.items():
@@ -256,9 +266,11 @@ def print_summary(summaries: dict[str, Summary], ceiling: str, bare: str, recove
             f"  {summary.server_cpu:11.0%} {summary.generator_cpu:9.0%}"
         )
     print("(req/s: median round; latencies: all rounds; CPU: share of one core)")
-    ratio = summaries[recoveryd].rate / summaries[bare].rate
-    verdict = "PASS" if ratio >= TARGET_RATIO else "BELOW"
-    print(f"\nratio {recoveryd} / {bare}: {ratio:.2f}   target >= {TARGET_RATIO}: {verdict}")
+    print()
+    for name in recoveryd:
+        ratio = summaries[name].rate / summaries[bare].rate
+        verdict = "PASS" if ratio >= TARGET_RATIO else "BELOW"
+        print(f"ratio {name} / {bare}: {ratio:.2f}   target >= {TARGET_RATIO}: {verdict}")
     headroom = summaries[ceiling].rate / summaries[bare].rate
     if headroom >= CEILING_MARGIN:
         judgement = "the load generator is not the bottleneck"
@@ -294,11 +306,11 @@ def stored_dlq_ids(store: Path) -> list[str]:
         return [row[0] for row in connection.execute("SELECT dlq_id FROM callbacks")]
 
 
-def check_store(stored: Sequence[str], accepted: set[str]) -> None:
+def check_store(name: str, stored: Sequence[str], accepted: set[str]) -> None:
     """The store must hold each accepted dlqId once, and nothing else."""
     distinct = set(stored)
     line = (
-        f"store: {len(stored):,} rows, {len(distinct):,} distinct dlqIds; "
+        f"{name} store: {len(stored):,} rows, {len(distinct):,} distinct dlqIds; "
         f'{len(accepted):,} dlqIds were answered "accepted"'
     )
     if len(stored) != len(distinct) or distinct != accepted:
@@ -351,35 +363,81 @@ def print_header(options: Options) -> None:
     )
 
 
+@dataclass
+class Stored:
+    """A recoveryd under test, and how to read back what its store holds."""
+
+    server: Server
+    stored: Callable[[], list[str]]
+    exit_status: int | None = None
+
+
 def run(options: Options) -> None:
     """The whole benchmark; BenchmarkError, LoadError, ServerError or ProfileError if it
     cannot give trustworthy figures."""
     print_header(options)
     callbacks = SignedCallbacks(json.loads(SAMPLE.read_text()))
-    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp, contextlib.ExitStack() as up:
         workdir = Path(tmp)
-        store = workdir / "recoveryd.db"
-        with (
-            raw_server(workdir) as raw,
-            bare_server(workdir) as bare,
-            recoveryd_server(workdir, store, SIGNING_KEY) as recoveryd,
-        ):
-            bench = Bench(callbacks, options.connections)
-            targets = [Target(raw), Target(bare), Target(recoveryd, stores=True)]
-            rounds = measure(bench, targets, options)
-            print_summary(
-                {name: Summary.of(results) for name, results in rounds.items()},
-                ceiling=raw.name,
-                bare=bare.name,
-                recoveryd=recoveryd.name,
-            )
-            print_group_commits(recoveryd)
-            if options.profile:
-                profile_round(bench, targets[2], options.requests, workdir)
-            exit_status = recoveryd.stop()
+        raw = up.enter_context(raw_server(workdir))
+        bare = up.enter_context(bare_server(workdir))
+        recoveryds, postgres = start_recoveryds(up, workdir, options.stores)
+        if not recoveryds:
+            raise BenchmarkError("no store to measure recoveryd on")
+        bench = Bench(callbacks, options.connections)
+        targets = [Target(raw), Target(bare)]
+        targets += [Target(stored.server, stores=True) for stored in recoveryds]
+        postgres_cpu = postgres.cpu_seconds() if postgres else 0.0
+        rounds = measure(bench, targets, options)
+        summaries = {name: Summary.of(results) for name, results in rounds.items()}
+        names = [stored.server.name for stored in recoveryds]
+        print_summary(summaries, ceiling=raw.name, bare=bare.name, recoveryd=names)
+        if postgres is not None:
+            seconds = sum(result.seconds for result in rounds["recoveryd serve pg"])
+            busy = (postgres.cpu_seconds() - postgres_cpu) / seconds
+            print(f"PostgreSQL server: {busy:.0%} of one core during recoveryd serve pg's "
+                  "rounds (its processes, not counted in recoveryd's CPU above)")  # fmt: skip
+        for stored in recoveryds:
+            print_group_commits(stored.server)
+        if options.profile:
+            profile_round(bench, targets[2], options.requests, workdir)
+        for stored in recoveryds:
+            stored.exit_status = stored.server.stop()
         print()
-        check_store(stored_dlq_ids(store), bench.accepted)
-        report_exit(recoveryd, exit_status)
+        for stored in recoveryds:
+            name = stored.server.name
+            check_store(name, stored.stored(), bench.accepted.get(name, set()))
+            report_exit(stored.server, stored.exit_status or 0)
+
+
+def start_recoveryds(
+    up: contextlib.ExitStack, workdir: Path, stores: Sequence[str]
+) -> tuple[list[Stored], PostgresServer | None]:
+    """`recoveryd serve` on each of `stores` (and the PostgreSQL server its store needs),
+    stopped with `up`."""
+    recoveryds: list[Stored] = []
+    postgres: PostgresServer | None = None
+    if "sqlite" in stores:
+        store = workdir / "recoveryd.db"
+        server = up.enter_context(recoveryd_server(workdir, store, SIGNING_KEY))
+        recoveryds.append(Stored(server, lambda: stored_dlq_ids(store)))
+    if "postgres" in stores:
+        try:
+            postgres = up.enter_context(durable_server())
+        except Unavailable as exc:
+            print(f"PostgreSQL skipped: {exc}\n")
+            return recoveryds, None
+        print_postgres(postgres)
+        server = up.enter_context(
+            recoveryd_server(workdir, postgres.url, SIGNING_KEY, name="recoveryd serve pg")
+        )
+        recoveryds.append(Stored(server, postgres.stored_dlq_ids))
+    return recoveryds, postgres
+
+
+def print_postgres(server: PostgresServer) -> None:
+    shown = ", ".join(f"{name}={value}" for name, value in server.settings.items())
+    print(f"PostgreSQL {server.version} on loopback for recoveryd serve pg: {shown}\n")
 
 
 def report_exit(recoveryd: Server, exit_status: int) -> None:
@@ -407,8 +465,14 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument(
         "--profile", action="store_true", help="profile recoveryd with py-spy in one more round"
     )
+    parser.add_argument(
+        "--store", default="sqlite,postgres", help="the stores recoveryd runs on, comma-separated"
+    )
     args = parser.parse_args(argv)
-    return Options(args.requests, args.connections, args.rounds, args.warmup, args.profile)
+    stores = tuple(dict.fromkeys(name.strip() for name in args.store.split(",") if name.strip()))
+    if not stores or not set(stores) <= {"sqlite", "postgres"}:
+        parser.error(f"--store: sqlite, postgres or both; got {args.store!r}")
+    return Options(args.requests, args.connections, args.rounds, args.warmup, args.profile, stores)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
