@@ -117,21 +117,21 @@ class Heartbeat:
         alive = await self._store.replicas(now)
         self._metrics.replicas.set(max(1, len(alive)))
         if self._shared and self._limiter is not None:
-            self._limiter.share(*self._part(alive))
+            self._limiter.share(*share_of(self._replica, alive))
 
-    def _part(self, alive: list[Replica]) -> tuple[int, int]:
-        """(rank, members) for the limiter: see the module's docstring."""
-        ids = [replica.id for replica in alive]
-        if self._replica not in ids:
-            return 0, 0
-        newest = max(replica.started_at for replica in alive)
-        # One second of leeway for the clocks of different hosts.
-        known = all(
-            replica.seen_at > newest + 1.0 for replica in alive if replica.id != self._replica
-        )
-        if known:
-            return ids.index(self._replica), len(ids)
-        mine = next(replica for replica in alive if replica.id == self._replica)
-        if mine.started_at == newest:
-            return 0, 0
-        return len(ids) - 1, len(ids)  # the smallest part
+
+def share_of(replica: str, alive: list[Replica]) -> tuple[int, int]:
+    """(rank, members) of `replica` for its limiter, among the replicas `alive`: see the
+    module's docstring."""
+    ids = [member.id for member in alive]
+    if replica not in ids:
+        return 0, 0
+    newest = max(member.started_at for member in alive)
+    # One second of leeway for the clocks of different hosts.
+    known = all(member.seen_at > newest + 1.0 for member in alive if member.id != replica)
+    if known:
+        return ids.index(replica), len(ids)
+    mine = next(member for member in alive if member.id == replica)
+    if mine.started_at == newest:
+        return 0, 0
+    return len(ids) - 1, len(ids)  # the smallest part

@@ -120,6 +120,54 @@ def test_rotate_schedule_needs_a_credentials_file() -> None:
     assert message.startswith("RECOVERYD_CREDENTIALS_FILE: required when RECOVERYD_ROTATE_")
 
 
+PG = "postgresql://recoveryd@127.0.0.1/recoveryd"
+FERNET_KEY = "x" * 42 + "A="  # 32 bytes in URL-safe base64, as Fernet wants
+
+
+@pytest.mark.parametrize(
+    ("changes", "first_line"),
+    [
+        pytest.param(
+            {"CREDENTIALS_KEY": "not-a-fernet-key-but-secret"},
+            "RECOVERYD_CREDENTIALS_KEY: must be a Fernet key",
+            id="bad key",
+        ),
+        pytest.param(
+            {"CREDENTIALS_KEY": FERNET_KEY, "STORE": None},
+            "RECOVERYD_CREDENTIALS_KEY: only with a PostgreSQL store",
+            id="sqlite",
+        ),
+        pytest.param(
+            {"STORE": PG, "ROTATE_SCHEDULE": "24h"},
+            "RECOVERYD_CREDENTIALS_KEY: required when",
+            id="rotation without key",
+        ),
+        pytest.param(
+            {"STORE": PG, "CREDENTIALS_KEY": FERNET_KEY, "CREDENTIALS_FILE": "/c"},
+            "RECOVERYD_CREDENTIALS_FILE: set RECOVERYD_CREDENTIALS_FILE or",
+            id="both",
+        ),
+        pytest.param({"REPLICA_LEASE": "1s"}, "RECOVERYD_REPLICA_LEASE: ", id="lease too short"),
+    ],
+)
+def test_shared_store_settings_are_checked(changes: dict[str, str | None], first_line: str) -> None:
+    """RECOVERYD_CREDENTIALS_KEY seals rotated credentials in a PostgreSQL store: a key
+    that is none, a key with SQLite, rotation on PostgreSQL without it, or it beside a
+    credentials file, is refused, and the bad key never shown."""
+    message = error_for(environ(**changes))
+    assert message.startswith(first_line)
+    assert "not-a-fernet-key-but-secret" not in message
+
+
+def test_rotation_on_postgresql_keeps_the_token_in_the_store() -> None:
+    settings = load_settings(
+        environ(STORE=PG, ROTATE_SCHEDULE="24h", CREDENTIALS_KEY=f" {FERNET_KEY}\n")
+    )
+    assert settings.CREDENTIALS_KEY is not None
+    assert settings.CREDENTIALS_KEY.get_secret_value() == FERNET_KEY  # stripped, as a file has it
+    assert settings.CREDENTIALS_FILE is None
+
+
 def test_unsigned_start_needs_no_signing_key_when_allowed() -> None:
     """RECOVERYD_ALLOW_UNSIGNED=true is the explicit opt-out from having a signing key."""
     settings = load_settings(environ(SIGNING_KEY_CURRENT=None, ALLOW_UNSIGNED="true"))

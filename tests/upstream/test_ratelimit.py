@@ -437,3 +437,43 @@ async def test_a_slot_is_what_acquire_reserves() -> None:
     await time.advance_to(0.5)
     limiter.sent(slot)
     assert (slot.at, slot.pending) == (0.5, False)
+
+
+# -- a limit shared by replicas -------------------------------------------------------
+
+
+@bounded
+@pytest.mark.parametrize(("rank", "part"), [(0, 4), (1, 3), (2, 3)])
+async def test_replicas_parts_are_whole_calls_that_add_up_to_the_limit(
+    rank: int, part: int
+) -> None:
+    """10/s among 3 replicas: 4, 3 and 3 calls a window, the first rank taking the one
+    left over; 4 + 3 + 3 = 10, so together they never pass the limit."""
+    time = FakeTime()
+    limiter = limiter_on(time, 10, headroom=0)
+    limiter.share(rank, 3)
+    starts = await starts_of(limiter, time, 3 * part)
+    assert per_second(starts) == [part, part, part]
+
+
+@bounded
+async def test_no_part_holds_every_call_until_one_is_given() -> None:
+    """A replica that has just joined (members 0) sends nothing until its part comes."""
+    time = ManualTime()
+    limiter = limiter_on(time, 10, headroom=0)
+    limiter.share(0, 0)
+    acquired: list[float] = []
+
+    async def call() -> None:
+        slot = await limiter.acquire()
+        limiter.sent(slot)
+        acquired.append(time.now)
+
+    task = asyncio.create_task(call())
+    for step in range(1, 5):
+        await time.advance_to(step * 0.25)
+    assert acquired == []
+    limiter.share(0, 1)  # the call goes at once, not at its next look
+    await settle()
+    await task
+    assert acquired == [1.0]

@@ -72,9 +72,14 @@ class AdvisoryLock:
         return True
 
     async def release(self) -> None:
-        """Let the lock go: the session ends, and the lock with it."""
+        """Let the lock go, unlocked first so that another replica can take it at once
+        (a closed session's lock is freed only once the server has seen it close); the
+        session ends, and the lock with it if the unlock did not go through."""
         connection, self._connection = self._connection, None
         if connection is not None:
+            with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
+                async with asyncio.timeout(self._check_timeout):
+                    await connection.execute("SELECT pg_advisory_unlock_all()")
             with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
                 async with asyncio.timeout(self._check_timeout):
                     await connection.close()
