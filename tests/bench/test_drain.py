@@ -4,15 +4,11 @@ prints its figures and verdicts (the figures are for a reader, not checked here)
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 @pytest.mark.slow
@@ -20,11 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_three_replicas_drain_a_backlog_and_report_it(postgres_server: str) -> None:
     """`postgres_server`: only where the tests can start PostgreSQL (the bench starts its
     own, durable, from the same binaries)."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
-    command = [sys.executable, "-m", "bench.drain", "--skip-naive", "--replicas", "3",
-               "--entries", "600", "--rate", "100"]  # fmt: skip
-    done = subprocess.run(
-        command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=220
+    done = run_bench(
+        "drain", "--skip-naive", "--replicas", "3", "--entries", "600", "--rate", "100"
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 recoveryd on one PostgreSQL" in done.stdout

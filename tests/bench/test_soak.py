@@ -3,25 +3,17 @@ per window and a verdict per target (its figures are for a reader, not checked h
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)  # about 55 s alone; startup and settling stretch on a busy machine
 def test_a_short_soak_reports_each_window_and_every_target() -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
-    command = [sys.executable, "-m", "bench.soak", "--duration", "40s", "--window", "10s"]
-    done = subprocess.run(
-        command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=220
-    )
+    done = run_bench("soak", "--duration", "40s", "--window", "10s")
     assert done.returncode == 0, done.stdout + done.stderr
     windows = re.findall(r"^ +(\d+) +0:(\d\d) ", done.stdout, re.MULTILINE)
     assert windows == [("1", "10"), ("2", "20"), ("3", "30"), ("4", "40")], done.stdout
