@@ -43,16 +43,18 @@ def never(facts: Facts) -> bool:
     return False
 
 
-def compile_match(spec: Any, loc: Loc) -> tuple[Predicate, list[Mistake]]:
-    """The predicate for a `match` mapping, and every problem found in it."""
+def compile_match(spec: Any, loc: Loc) -> tuple[Predicate, list[Mistake], frozenset[str]]:
+    """The predicate for a `match` mapping, every problem found in it, and the fields it
+    reads (`header` for any header; `workflow` and the others by name)."""
     compiler = _Compiler()
     predicate = compiler.match(spec, loc)
-    return predicate, compiler.problems
+    return predicate, compiler.problems, frozenset(compiler.reads)
 
 
 class _Compiler:
     def __init__(self) -> None:
         self.problems: list[Mistake] = []
+        self.reads: set[str] = set()
 
     def error(self, loc: Loc, message: str, *, at_key: bool = False) -> Predicate:
         self.problems.append(Mistake(loc, message, at_key))
@@ -92,11 +94,13 @@ class _Compiler:
         return all_of(parts) if key == "all" else any_of(parts)
 
     def field(self, name: str, spec: Any, loc: Loc) -> Predicate:
+        self.reads.add(name)
         test = self.value_test(name, FIELDS[name], spec, loc)
         return lambda facts: test(facts.get(name, MISSING))
 
     def headers(self, name: str, spec: Any, loc: Loc) -> Predicate:
         """`header: {Name: condition}`: true when any value of that header satisfies it."""
+        self.reads.add(name)
         if not isinstance(spec, dict) or not spec:
             return self.error(
                 loc,

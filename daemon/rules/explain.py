@@ -58,6 +58,7 @@ def _step(
         "action": rule.action,
         "dryRun": spec.dry_run or ruleset.dry_run,
         "continue": spec.continue_,
+        "reads": sorted(rule.reads),
     }
     if rule.batch is not None:
         step["call"] = recovery_call(rule, str(message.get("dlqId", "")), header_prefix)

@@ -50,6 +50,9 @@ class Rule:
     spec: RuleSpec
     matches: Predicate
     batch: BatchPolicy | None  # resume and restart only
+    # The message's fields its `match` tests: what a message must carry for this rule to
+    # be decided on (RECOVERYD_FETCH=needed decides from the callback when it has them).
+    reads: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -112,9 +115,11 @@ def compile_rules(document: Document) -> Ruleset:
     found: list[Mistake] = []
     raw_rules = _items(document.data, "rules")
     predicates: dict[int, Predicate] = {}
+    reads: dict[int, frozenset[str]] = {}
     for index, rule in raw_rules:
         if "match" in rule:
-            predicates[index], mistakes = compile_match(rule["match"], ("rules", index, "match"))
+            here = ("rules", index, "match")
+            predicates[index], mistakes, reads[index] = compile_match(rule["match"], here)
             found += mistakes
         found += _action_problems(index, rule)
     found += _duplicate_names(raw_rules, "rules")
@@ -129,6 +134,7 @@ def compile_rules(document: Document) -> Ruleset:
             spec=rule,
             matches=predicates[index],
             batch=_batch(rule.batch, default_batch) if rule.action in RECOVERIES else None,
+            reads=reads[index],
         )
         for index, rule in enumerate(spec.rules)
     )

@@ -447,3 +447,26 @@ def test_no_match_gives_no_rule() -> None:
     decision = ruleset({"responseStatus": 404}).decide(facts({"responseStatus": 503}))
     assert decision.matched == ()
     assert decision.rule is None
+
+
+# -- what a rule reads ----------------------------------------------------------------
+
+
+def test_a_rule_knows_every_field_its_match_reads_however_deep() -> None:
+    """Fields under any, all and not count; headers count as `header` or `responseHeader`;
+    a rule that matches everything reads nothing."""
+    ruleset = parse_rules(
+        "version: 1\nrules:\n"
+        "  - name: deep\n"
+        "    match:\n"
+        "      responseStatus: 503\n"
+        "      any: [{url: {prefix: 'https://a'}}, {not: {labels: {any: [x]}}}]\n"
+        "      all: [{header: {Retry-After: {exists: true}}}, {responseHeader: {X-Id: a}}]\n"
+        "    action: ignore\n"
+        "  - name: everything\n"
+        "    match: {}\n"
+        "    action: ignore\n"
+    )
+    deep, everything = ruleset.rules
+    assert deep.reads == {"responseStatus", "url", "labels", "header", "responseHeader"}
+    assert everything.reads == frozenset()
