@@ -358,14 +358,12 @@ IMPAIRMENTS: dict[str, Impairment] = {
     "partition": Impairment(
         (),
         _flapping,
-        # Lost bulk answers need a cut to land while a bulk call is held: likely (15-36
-        # a run), not certain, so they are reported but not required.
-        "the link was cut, the daemon's calls went unanswered and callbacks failed",
-        lambda seen: (
-            seen.link.carrier_downs >= 2
-            and seen.upstream_unanswered > 0
-            and seen.callback_failures > 0
-        ),
+        # Lost bulk answers need a cut to land while a bulk call is held, and failed
+        # callbacks a cut while the service is sending them (its callbacks can all be out
+        # before the first cut on a quick run: CI saw 0 once, with 29 calls unanswered):
+        # likely, not certain, so they are reported but not required.
+        "the link was cut and the daemon's calls went unanswered",
+        lambda seen: seen.link.carrier_downs >= 2 and seen.upstream_unanswered > 0,
     ),
     "rate-limit": Impairment(
         ("tbf",),
