@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from daemon.rules.callback import CARRIED
 from daemon.rules.ruleset import Decision, Rule, Ruleset
 
 # How a budget counts, said where a user looks (`recoveryd explain`, docs/rules.md).
@@ -59,6 +60,8 @@ def _step(
         "dryRun": spec.dry_run or ruleset.dry_run,
         "continue": spec.continue_,
         "reads": sorted(rule.reads),
+        # Whether a failure callback carries all it reads (rules/callback.py).
+        "decidableFromCallback": rule.reads <= CARRIED,
     }
     if rule.batch is not None:
         step["call"] = recovery_call(rule, str(message.get("dlqId", "")), header_prefix)

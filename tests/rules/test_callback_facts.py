@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.emulator.delivery import Message, Outcome, WorkflowRef, callback_body
-from daemon.rules import facts, load_rules
+from daemon.rules import facts, load_rules, parse_rules
 from daemon.rules.callback import CARRIED, message_of
+from daemon.rules.explain import explain
 
 SAMPLES = Path(__file__).resolve().parents[1] / "testdata" / "samples"
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules.yaml")
@@ -116,3 +117,15 @@ def test_a_callback_has_the_facts_and_the_decision_of_its_dlq_message(
     assert from_callback == from_message
     decided = RULES.decide(from_callback), RULES.decide(from_message)
     assert [rule.name for rule in decided[0].matched] == [rule.name for rule in decided[1].matched]
+
+
+def test_a_rule_that_reads_a_field_no_callback_carries_is_not_decidable_from_one() -> None:
+    """`failureCallback` is the DLQ message's alone: explain says the GET is needed."""
+    ruleset = parse_rules(
+        "version: 1\nrules:\n  - name: by-callback-url\n"
+        "    match: {failureCallback: {prefix: 'https://recoveryd'}}\n    action: ignore\n"
+    )
+    message = sample("dlq-message-url-group.json")
+    [step] = explain(ruleset, message, ruleset.decide(facts(message)), "Service")["matched"]
+    assert step["reads"] == ["failureCallback"]
+    assert step["decidableFromCallback"] is False

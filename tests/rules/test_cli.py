@@ -186,6 +186,7 @@ def test_explain_prints_the_restart_call_with_its_exact_override_headers() -> No
     assert step["budget"]["withinSeconds"] == 86400
     assert "every run a resume or restart made from it" in step["budget"]["counts"]
     assert step["reads"] == ["labels", "responseStatus", "workflow"]
+    assert step["decidableFromCallback"] is True
 
 
 def test_explain_names_the_rules_file_and_its_digest() -> None:
