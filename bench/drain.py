@@ -19,12 +19,21 @@ synchronous_commit on), and the callbacks are spread over them in turn. They sha
 account's limit (each takes its part, daemon/replicas.py), so the theoretical drain is
 the same as one replica's. The clock starts once every replica has seen the others.
 
+With `--fetch needed`, recoveryd runs with RECOVERYD_FETCH=needed: it decides from the
+signed callbacks and makes no GET, so the fewest calls are ceil(N/50) and the limit no
+longer bounds the drain. In the same run, against the same emulator (reset), a second
+recoveryd with RECOVERYD_FETCH=always drains `--naive-entries` entries, and its drain
+rate is set beside the first's.
+
 Every figure of calls comes from the emulator's journal and stats, every resumed run
 is checked against the seeded dlqIds, or the run fails with status 1.
-Targets: drain rate >= 90% of the theoretical limit, < 1.05 upstream calls per
-recovered run, zero 429s once the limit is known (counted: every 429).
+Targets, `--fetch always`: drain rate >= 90% of the theoretical limit, < 1.05 upstream
+calls per recovered run, zero 429s once the limit is known (counted: every 429).
+`--fetch needed`: at most 0.05 calls per recovered run, at least 10x the drain rate
+(runs per second) of `always`, no 429 after the first answer.
 Run: python -m bench.drain [--entries N] [--rate N] [--naive-entries N] [--skip-naive]
                            [--replicas N] [--store sqlite|postgres]
+                           [--fetch always|needed]
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -83,6 +93,8 @@ NAIVE_WORKERS = 8
 POLL = 0.2  # seconds between looks at recoveryd's status
 TARGET_SHARE = 0.90
 TARGET_CALLS_PER_RUN = 1.05
+TARGET_NEEDED_CALLS_PER_RUN = 0.05
+TARGET_NEEDED_SPEEDUP = 10.0
 
 # `recoveryd emulator` has no setting that turns run execution off: each resumed run
 # would be delivered to its workflow URL and, failing, dead-lettered again, work that is
@@ -112,6 +124,7 @@ class Options:
     skip_naive: bool
     replicas: int = 1
     store: str = "sqlite"
+    fetch: str = "always"  # RECOVERYD_FETCH
 
 
 @dataclass(frozen=True)
@@ -128,6 +141,7 @@ class Drain:
     others: int
     rate_limited: int
     rate_limited_by_second: Counter[int]
+    rate_limited_after_the_first: int  # 429s but the first answer's
 
     @property
     def calls(self) -> int:
@@ -145,6 +159,10 @@ class Drain:
     def share(self) -> float:
         """The drain rate as a share of what the limit allows: minimum / actual time."""
         return self.minimum_seconds / self.seconds
+
+    @property
+    def runs_per_second(self) -> float:
+        return self.entries / self.seconds
 
 
 # The processes.
@@ -175,7 +193,7 @@ def recoveryd_servers(workdir: Path, service_url: str, options: Options) -> Iter
     rules.write_text(RULES)
     with contextlib.ExitStack() as stack:
         if options.store == "sqlite":
-            store: Path | str = workdir / "recoveryd.db"
+            store: Path | str = workdir / f"recoveryd-{options.fetch}.db"
             more: dict[str, str] = {}
         else:
             try:
@@ -185,9 +203,10 @@ def recoveryd_servers(workdir: Path, service_url: str, options: Options) -> Iter
             # Heartbeats every second: the replicas find each other, and their parts of
             # the limit, within seconds of starting.
             more = {"RECOVERYD_REPLICA_LEASE": "3s"}
+        more["RECOVERYD_FETCH"] = options.fetch
         started = []
         for number in range(options.replicas):
-            folder = workdir / f"replica-{number}"
+            folder = workdir / f"{options.fetch}-replica-{number}"
             folder.mkdir()
             started.append(stack.enter_context(servers.recoveryd_server(
                 folder, store, SIGNING_KEY, name=f"recoveryd serve #{number}",
@@ -314,6 +333,9 @@ def drain_of(
         others=kinds["other"],
         rate_limited=seen.stats["rate_limited"],
         rate_limited_by_second=seen.rate_limited_by_second(),
+        rate_limited_after_the_first=sum(
+            call["status"] == 429 for call in sorted(seen.journal, key=lambda c: c["at"])[1:]
+        ),
     )
 
 
@@ -373,18 +395,20 @@ class Timeline:
 
     first_call: float
     callbacks_accepted: float
-    last_get: float
+    last_get: float | None  # None: no GET made
     last_bulk: float
     done_seen: float
 
     @classmethod
     def of(cls, seen: Seen, started: float, posted: float, seconds: float) -> Timeline:
-        def last(kind: str) -> float:
-            at: float = max(call["at"] for call in seen.journal if _kind(call) == kind)
-            return at - started
+        def last(kind: str) -> float | None:
+            at = max((call["at"] for call in seen.journal if _kind(call) == kind), default=None)
+            return None if at is None else at - started
 
         first: float = min(call["at"] for call in seen.journal)
-        return cls(first - started, posted - started, last("get"), last("bulk"), seconds)
+        last_bulk = last("bulk")
+        assert last_bulk is not None  # check_runs found every dlqId resumed
+        return cls(first - started, posted - started, last("get"), last_bulk, seconds)
 
 
 async def send_and_wait(recoveryd: Sequence[Server], dlq_ids: Sequence[str], rate: int) -> float:
@@ -415,15 +439,17 @@ async def send_and_wait(recoveryd: Sequence[Server], dlq_ids: Sequence[str], rat
 async def drain_recoveryd(
     control: httpx.AsyncClient, recoveryd: Sequence[Server], options: Options
 ) -> tuple[Drain, Seen, Timeline]:
+    (await control.post("/_emulator/reset")).raise_for_status()
     dlq_ids = await seed(control, options.entries)
-    required = options.entries + math.ceil(options.entries / MAX_BULK)
+    bulks = math.ceil(options.entries / MAX_BULK)
+    required = bulks if options.fetch == "needed" else options.entries + bulks
     # Wall clock, as the emulator's journal timestamps are: the timeline compares them.
     started = time.time()
     posted = await send_and_wait(recoveryd, dlq_ids, options.rate)
     seconds = time.time() - started
     seen = await read_back(control)
-    check_runs("recoveryd", seen, dlq_ids)
-    drain = drain_of("recoveryd", seen, options.entries, required, options.rate, seconds)
+    check_runs(options.fetch, seen, dlq_ids)
+    drain = drain_of(options.fetch, seen, options.entries, required, options.rate, seconds)
     return drain, seen, Timeline.of(seen, started, posted, seconds)
 
 
@@ -489,12 +515,13 @@ def print_table(drains: Sequence[Drain]) -> None:
 def print_details(drain: Drain, seen: Seen, timeline: Timeline) -> None:
     """What explains recoveryd's share of the limit."""
     sizes = seen.bulk_sizes()
-    steady = drain.calls / (timeline.last_bulk - timeline.first_call)
+    steady = drain.calls / max(timeline.last_bulk - timeline.first_call, 1e-3)
+    last_get = "none made" if timeline.last_get is None else f"{timeline.last_get:.2f}"
     print(
-        f"\nrecoveryd timeline (s after the first callback sent): first service call "
-        f"{timeline.first_call:.2f}, every callback accepted {timeline.callbacks_accepted:.2f}, "
-        f"last GET {timeline.last_get:.2f}, last bulk call {timeline.last_bulk:.2f}, "
-        f"all done seen {timeline.done_seen:.2f}"
+        f"\nrecoveryd ({drain.name}) timeline (s after the first callback sent): first "
+        f"service call {timeline.first_call:.2f}, every callback accepted "
+        f"{timeline.callbacks_accepted:.2f}, last GET {last_get}, last bulk call "
+        f"{timeline.last_bulk:.2f}, all done seen {timeline.done_seen:.2f}"
     )
     print(
         f"recoveryd between its first and last call: {steady:.1f} calls/s "
@@ -511,17 +538,41 @@ def print_details(drain: Drain, seen: Seen, timeline: Timeline) -> None:
         )
 
 
-def print_comparison(recoveryd: Drain, naive: Drain) -> None:
-    scaled = naive.seconds * recoveryd.entries / naive.entries
-    if naive.entries != recoveryd.entries:
+def print_comparison(recoveryd: Drain, other: Drain) -> None:
+    scaled = other.entries and other.seconds * recoveryd.entries / other.entries
+    if other.entries != recoveryd.entries:
         print(
-            f"\nnaive measured on {naive.entries:,} entries; scaled to {recoveryd.entries:,} "
-            f"at the same rate per run it would take {scaled:.1f} s"
+            f"\n{other.name} measured on {other.entries:,} entries; scaled to "
+            f"{recoveryd.entries:,} at the same rate per run it would take {scaled:.1f} s"
         )
-    print(f"recoveryd drains {scaled / recoveryd.seconds:.2f}x as fast as naive")
+    print(
+        f"recoveryd ({recoveryd.name}) drains {scaled / recoveryd.seconds:.2f}x as fast as "
+        f"{other.name} ({recoveryd.runs_per_second:,.0f} against "
+        f"{other.runs_per_second:,.1f} runs/s)"
+    )
 
 
-def print_targets(drain: Drain) -> None:
+def print_targets(drain: Drain, always: Drain | None) -> None:
+    if always is not None:
+        speedup = drain.runs_per_second / always.runs_per_second
+        print_verdicts([
+            (
+                f"calls per recovered run <= {TARGET_NEEDED_CALLS_PER_RUN}",
+                f"{drain.calls_per_run:.3f}",
+                drain.calls_per_run <= TARGET_NEEDED_CALLS_PER_RUN,
+            ),
+            (
+                f"drain rate >= {TARGET_NEEDED_SPEEDUP:.0f}x that of --fetch always",
+                f"{speedup:.1f}x",
+                speedup >= TARGET_NEEDED_SPEEDUP,
+            ),
+            (
+                "no 429 after the first answer",
+                f"{drain.rate_limited_after_the_first}",
+                drain.rate_limited_after_the_first == 0,
+            ),
+        ])  # fmt: skip
+        return
     verdicts = [
         (
             f"drain rate >= {TARGET_SHARE:.0%} of the theoretical limit",
@@ -539,6 +590,10 @@ def print_targets(drain: Drain) -> None:
             drain.rate_limited == 0,
         ),
     ]
+    print_verdicts(verdicts)
+
+
+def print_verdicts(verdicts: Sequence[tuple[str, str, bool]]) -> None:
     print()
     for text, value, met in verdicts:
         print(f"{'PASS' if met else 'MISS'}  {text}: {value}")
@@ -560,10 +615,15 @@ def report_exit(recoveryd: Server) -> None:
 def print_header(options: Options) -> None:
     naive = "skipped" if options.skip_naive else f"{options.naive_entries:,} entries"
     store = "SQLite" if options.store == "sqlite" else "one PostgreSQL (fsync on)"
+    always = (
+        f"; RECOVERYD_FETCH=always beside it: {options.naive_entries:,} entries"
+        if options.fetch == "needed"
+        else ""
+    )
     print(
         f"recoveryd drain: {options.entries:,} workflow DLQ entries, the emulator enforcing "
-        f"{options.rate} requests/s; {options.replicas} recoveryd on {store}; naive "
-        f"baseline: {naive}"
+        f"{options.rate} requests/s; {options.replicas} recoveryd on {store} with "
+        f"RECOVERYD_FETCH={options.fetch}{always}; naive baseline: {naive}"
     )
     print(
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -572,30 +632,43 @@ def print_header(options: Options) -> None:
     )
 
 
-async def measure(emulator: Server, recoveryd: Sequence[Server], options: Options) -> None:
+async def measure(
+    emulator: Server, recoveryd: Sequence[Server], options: Options
+) -> tuple[Drain, Seen, Timeline]:
+    """recoveryd's drain, its processes stopped after it (out of the next drain's way)."""
     async with httpx.AsyncClient(base_url=url_of(emulator), timeout=60) as control:
-        drain, seen, timeline = await drain_recoveryd(control, recoveryd, options)
-        for replica in recoveryd:  # idle from now on, but out of the naive baseline's way
-            report_exit(replica)
-        drains = [drain]
-        if not options.skip_naive:
-            drains.append(await drain_naive(control, url_of(emulator), options))
-    print_table(drains)
-    print_details(drain, seen, timeline)
-    if not options.skip_naive:
-        print_comparison(drain, drains[1])
-    print_targets(drain)
+        measured = await drain_recoveryd(control, recoveryd, options)
+    for replica in recoveryd:
+        report_exit(replica)
+    return measured
+
+
+async def measure_naive(emulator: Server, options: Options) -> Drain:
+    async with httpx.AsyncClient(base_url=url_of(emulator), timeout=60) as control:
+        return await drain_naive(control, url_of(emulator), options)
 
 
 def run(options: Options) -> None:
     print_header(options)
-    with tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp,
+        emulator_server(Path(tmp), options.rate) as emulator,
+    ):
         workdir = Path(tmp)
-        with (
-            emulator_server(workdir, options.rate) as emulator,
-            recoveryd_servers(workdir, url_of(emulator), options) as recoveryd,
-        ):
-            asyncio.run(measure(emulator, recoveryd, options))
+        with recoveryd_servers(workdir, url_of(emulator), options) as recoveryd:
+            drain, seen, timeline = asyncio.run(measure(emulator, recoveryd, options))
+        always = None
+        if options.fetch == "needed":
+            beside = dataclasses.replace(options, fetch="always", entries=options.naive_entries)
+            with recoveryd_servers(workdir, url_of(emulator), beside) as recoveryd:
+                always = asyncio.run(measure(emulator, recoveryd, beside))[0]
+        naive = None if options.skip_naive else asyncio.run(measure_naive(emulator, options))
+    drains = [drain, *(d for d in (always, naive) if d is not None)]
+    print_table(drains)
+    print_details(drain, seen, timeline)
+    for other in drains[1:]:
+        print_comparison(drain, other)
+    print_targets(drain, always)
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
@@ -614,12 +687,21 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         "--replicas", type=positive_int, default=1, help="recoveryd processes (PostgreSQL if > 1)"
     )
     parser.add_argument("--store", choices=("sqlite", "postgres"), default=None)
+    parser.add_argument(
+        "--fetch", choices=("always", "needed"), default="always", help="RECOVERYD_FETCH"
+    )
     args = parser.parse_args(argv)
     store = args.store or ("postgres" if args.replicas > 1 else "sqlite")
     if store == "sqlite" and args.replicas > 1:
         parser.error("--replicas above 1 needs --store postgres: SQLite is one process's")
     return Options(
-        args.entries, args.rate, args.naive_entries, args.skip_naive, args.replicas, store
+        args.entries,
+        args.rate,
+        args.naive_entries,
+        args.skip_naive,
+        args.replicas,
+        store,
+        args.fetch,
     )
 
 

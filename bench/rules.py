@@ -1,15 +1,17 @@
-"""Rule decisions/s: recoveryd's compiled rules against the same conditions in plain Python.
+"""Rule decisions/s: recoveryd's compiled rules against its interpreter and plain Python.
 
 Two rules files (bench.rulecases): the worst case, 200 rules of which only the last
 matches the message, and 20 typical rules over a mix of 100 realistic messages. Each is
-timed four ways, in this one process: recoveryd's `Ruleset.decide` on facts built once;
-`facts()` then `decide()` per message, as the daemon does; and the same two with, in
-place of `decide`, the baseline: one plain Python function of `if`/`and` chains over the
-same conditions (bench.plainrules), the ideal a compiled rule engine could reach in
-CPython. Before timing, every message must get the same decision from both.
+timed six ways, in this one process: recoveryd's `Ruleset.decide` (the rules compiled
+into one function, rules/compiled.py) on facts built once; `facts()` then `decide()` per
+message, as the daemon does; the same two with `Ruleset.interpret`, the interpreter
+(one predicate per rule, closures per condition; what `explain` walks); and the same two
+with the baseline: one plain Python function of `if`/`and` chains over the same
+conditions written for the file (bench.plainrules), about the best CPython can do.
+Before timing, every message must get the same decision from all three.
 Measurements of `--seconds` each alternate between the contenders, round after round,
 so that drift on a noisy machine hits them alike; a figure is the median of the rounds.
-Target: >= 10,000 decisions/s for the 200-rule worst case with facts(), per core (this
+Target: >= 25,000 decisions/s for the 200-rule worst case with facts(), per core (this
 process runs one thread). `--profile` runs cProfile over the 200-rule decide() loop.
 Run: python -m bench.rules [--seconds S] [--repeat N] [--profile]
 """
@@ -37,7 +39,7 @@ from bench.plainrules import compile_plain
 from daemon.rules import Ruleset, facts, parse_rules
 
 HEADER_PREFIX = "Service"
-TARGET_RATE = 10_000  # decisions/s per core, 200-rule worst case, facts() included
+TARGET_RATE = 25_000  # decisions/s per core, 200-rule worst case, facts() included
 WORST_RULES = 200
 PASS_SIZE = 100  # decisions between two looks at the clock
 TOP = 15
@@ -73,15 +75,22 @@ class Case:
     messages: list[dict[str, Any]]
 
     def contenders(self) -> list[Contender]:
-        """Baseline and recoveryd on ready facts, then both with facts() per message."""
+        """Baseline, interpreter and compiled on ready facts, then each with facts() per
+        message."""
         messages = self.messages * (PASS_SIZE // len(self.messages))
         ready = [facts(message, HEADER_PREFIX) for message in messages]
-        return [
-            Contender("baseline", _over(self.baseline, ready)),
-            Contender("decide()", _over(self.ruleset.decide, ready)),
-            Contender("baseline + facts()", _with_facts(self.baseline, messages)),
-            Contender("facts() + decide()", _with_facts(self.ruleset.decide, messages)),
+        ways = {"baseline": self.baseline, "interpret()": self.ruleset.interpret,
+                "decide()": self.ruleset.decide}  # fmt: skip
+        return [Contender(name, _over(way, ready)) for name, way in ways.items()] + [
+            Contender(_WITH_FACTS[name], _with_facts(way, messages)) for name, way in ways.items()
         ]
+
+
+_WITH_FACTS = {
+    "baseline": "baseline + facts()",
+    "interpret()": "facts() + interpret()",
+    "decide()": "facts() + decide()",
+}
 
 
 def _over(decide: Callable[[Any], object], ready: list[dict[str, Any]]) -> Callable[[], int]:
@@ -167,7 +176,13 @@ def check_agreement(case: Case) -> None:
         raise BenchmarkError(f"{case.title}: the baseline does not do `continue`")
     for message in case.messages:
         known = facts(message, HEADER_PREFIX)
-        final = case.ruleset.decide(known).rule
+        compiled, interpreted = case.ruleset.decide(known), case.ruleset.interpret(known)
+        if compiled != interpreted:
+            raise BenchmarkError(
+                f"{case.title}: message {message.get('dlqId')}: the compiled rules decided "
+                f"{compiled}, the interpreter {interpreted}"
+            )
+        final = compiled.rule
         expected = None if final is None else case.ruleset.rules.index(final)
         got = case.baseline(known)
         if got != expected:
@@ -214,11 +229,12 @@ def print_summary(rates: dict[str, dict[str, list[float]]]) -> dict[str, dict[st
             median = medians[title][name]
             spread = f"{min(values):,.0f} .. {max(values):,.0f}"
             print(f"  {name:<30} {median:12,.0f} {1e6 / median:12.2f}   {spread:>22}")
-        ratio = medians[title]["decide()"] / medians[title]["baseline"]
-        with_facts = medians[title]["facts() + decide()"] / medians[title]["baseline + facts()"]
+        m = medians[title]
         print(
-            f"  ratio recoveryd / baseline: decide() {ratio:.3f}, "
-            f"facts() + decide() {with_facts:.3f}"
+            f"  compiled / baseline: decide() {m['decide()'] / m['baseline']:.3f}, with facts() "
+            f"{m['facts() + decide()'] / m['baseline + facts()']:.3f}; compiled / interpreter: "
+            f"decide() {m['decide()'] / m['interpret()']:.2f}x, with facts() "
+            f"{m['facts() + decide()'] / m['facts() + interpret()']:.2f}x"
         )
     return medians
 
@@ -229,7 +245,9 @@ def print_target(medians: dict[str, float]) -> None:
     print(
         f"\ntarget >= {TARGET_RATE:,} decisions/s per core for the {WORST_RULES}-rule worst "
         f"case: {verdict} (facts() + decide(): {measured:,.0f}/s; decide() alone: "
-        f"{medians['decide()']:,.0f}/s; this process runs one thread, so its rate is per core)"
+        f"{medians['decide()']:,.0f}/s; the interpreter, facts() + interpret(): "
+        f"{medians['facts() + interpret()']:,.0f}/s; this process runs one thread, so its "
+        "rate is per core)"
     )
 
 

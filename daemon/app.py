@@ -115,8 +115,8 @@ async def running(
         client.on_breaker_change = _breaker_watch(metrics)
         replica = replica_id()
         pipeline = Pipeline(
-            store, client, rules, metrics, dry_run=settings.DRY_RUN, replica=replica,
-            tuning=tuning, supervisor=supervisor, wall_clock=wall_clock,
+            store, client, rules, metrics, dry_run=settings.DRY_RUN, fetch=settings.FETCH,
+            replica=replica, tuning=tuning, supervisor=supervisor, wall_clock=wall_clock,
         )  # fmt: skip
         heartbeat = Heartbeat(
             store, replica, metrics, lease=settings.REPLICA_LEASE, limiter=client.limiter,

@@ -141,6 +141,13 @@ class Metrics:
             ["rule", "action"],
             registry=registry,
         )
+        self.decided_from = Counter(
+            "recoveryd_decided_from",
+            "DLQ messages decided, by what the decision was made from: the signed callback "
+            "(RECOVERYD_FETCH=needed, no GET) or the message read from the DLQ.",
+            ["source"],
+            registry=registry,
+        )
         self.batch_size = Histogram(
             "recoveryd_batch_dlq_ids",
             "dlqIds in one bulk resume or restart batch.",

@@ -160,6 +160,8 @@ class Settings(BaseModel):
     MAX_REQUESTS_PER_CONNECTION: int = Field(default=1000, gt=0)
     MAX_REMOVALS_PER_HOUR: int = Field(default=10, ge=0)
     DRY_RUN: bool = False
+    # `needed`: decide from a signed callback when it carries what the rules read.
+    FETCH: Literal["always", "needed"] = "always"
     LOG_FORMAT: Literal["json", "console"] = "json"
     RETENTION: Duration = 7 * 86400.0
     # How long a replica's work outlives its last heartbeat (daemon/replicas.py).

@@ -129,7 +129,7 @@ class CallbackReceiver:
             return _error(400, "invalid", str(exc), exc.field)
         try:
             added = await self._store.add_callback(
-                Callback(callback.dlq_id, body, self._wall_clock())
+                Callback(callback.dlq_id, body, self._wall_clock(), verified=claims is not None)
             )
         except StoreUnavailable as exc:
             log.warning("callback not stored", dlq_id=callback.dlq_id, reason=str(exc))

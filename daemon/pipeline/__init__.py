@@ -13,6 +13,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from daemon.metrics import Metrics
 from daemon.notify.delivery import NotifyTiming
@@ -50,6 +51,7 @@ class Pipeline:
         metrics: Metrics,
         *,
         dry_run: bool = False,
+        fetch: Literal["always", "needed"] = "always",
         replica: str | None = None,
         tuning: Tuning | None = None,
         supervisor: Supervisor | None = None,
@@ -79,6 +81,7 @@ class Pipeline:
             replica=replica,
             supervisor=supervisor,
             dry_run=dry_run,
+            fetch=fetch,
             workers=tuning.workers,
             chunk=tuning.chunk,
             lease=tuning.lease,

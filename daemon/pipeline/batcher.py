@@ -73,6 +73,12 @@ class _Answer:
         return self.pages > 0 or isinstance(error, NotFound) or not surely_not_carried_out(error)
 
 
+def _refused(call: dict[str, Any]) -> bool:
+    """Whether the recorded attempt was surely refused (a 4xx but 408): not carried out."""
+    status = call.get("status")
+    return isinstance(status, int) and 400 <= status < 500 and status != 408
+
+
 @dataclass
 class _Group:
     """dlqIds waiting for one batch, with the tightest policy among their rules."""
@@ -316,19 +322,38 @@ class Batcher:
                         error=str(error), in_seconds=round(delay, 3))  # fmt: skip
             await asyncio.sleep(delay)
         if error is None:
-            await self._settle(
-                record, sent=True, done=record.dlq_ids, runs=answer.runs, calls=calls
-            )
-            self._metrics.batch_size.observe(len(record.dlq_ids))
-            self._metrics.recovered.labels(record.action).inc(len(record.dlq_ids))
-            log.info("batch sent", batch=record.id, action=record.action,
-                     dlq_ids=len(record.dlq_ids), runs=len(answer.runs))  # fmt: skip
+            await self._answered(record, answer.runs, calls)
         elif answer.may_have_acted:
             await self._check(record, f"the call failed: {error}", calls)
         else:
             reason = f"the service rejected the call: {error}"
             log.error("batch rejected", batch=record.id, reason=reason)
             await self._settle(record, sent=True, failed=record.dlq_ids, reason=reason, calls=calls)
+
+    async def _answered(
+        self, record: BatchRecord, runs: list[dict[str, Any]], calls: list[dict[str, Any]]
+    ) -> None:
+        """Settle a batch the service answered. It recovers the named dlqIds still in the
+        DLQ and passes over the others, and lists a new run for each it recovered, not
+        which dlqId that run came from. So: a run for each, all `done`; no run, all
+        `gone` (left the DLQ before the call, as a read would have found: with
+        RECOVERYD_FETCH=needed none was made); some, all `done`, with the count in the
+        batch's reason, as the answer cannot say which were passed over. No run after
+        an earlier attempt that may have acted (its answer lost, the client tried again)
+        says nothing: that attempt may have recovered them all, so they are `done`."""
+        named = len(record.dlq_ids)
+        if not runs and all(_refused(call) for call in calls[:-1]):
+            reason = "not in the DLQ when the bulk call named it: the service recovered none"
+            await self._settle(record, sent=True, gone=record.dlq_ids, reason=reason, calls=calls)
+            log.info("batch found nothing to recover", batch=record.id, dlq_ids=named)
+            return
+        short = f"{len(runs)} of {named} recovered, the rest were not in the DLQ any more"
+        await self._settle(record, sent=True, done=record.dlq_ids, runs=runs, calls=calls,
+                           reason=short if 0 < len(runs) < named else None)  # fmt: skip
+        self._metrics.batch_size.observe(named)
+        self._metrics.recovered.labels(record.action).inc(named)
+        log.info("batch sent", batch=record.id, action=record.action, dlq_ids=named,
+                 runs=len(runs))  # fmt: skip
 
     async def _mark_sending(self, record: BatchRecord) -> bool:
         try:
@@ -464,6 +489,7 @@ class Batcher:
         done: Sequence[str] = (),
         again: Sequence[str] = (),
         failed: Sequence[str] = (),
+        gone: Sequence[str] = (),
         reason: str | None = None,
         runs: Sequence[dict[str, Any]] = (),
         calls: Sequence[dict[str, Any]] = (),
@@ -477,6 +503,7 @@ class Batcher:
                 done=done,
                 again=again,
                 failed=failed,
+                gone=gone,
                 reason=reason,
                 runs=runs,
                 calls=calls,

@@ -22,6 +22,21 @@ from daemon.rules.explain import recovery_call
 from daemon.rules.model import RECOVERIES
 from daemon.store.records import Budget, Outcome
 
+# The facts `outcome_of` reads for a rule's action, beyond those its match reads: a
+# recovery's workflow run and fingerprint, the endpoint a remove-endpoint counts. A
+# decision made without them (from a callback that lacks one) would not be the same.
+_ACTED_ON: Mapping[str, frozenset[str]] = {
+    **dict.fromkeys(RECOVERIES, frozenset({"workflow", "workflowRunId", "url", "body"})),
+    "remove-endpoint": frozenset({"topicName", "endpointName", "url", "responseStatus"}),
+}
+
+
+def reads(decision: Decision, ruleset: Ruleset) -> frozenset[str]:
+    """Every fact `decision` and its outcome depend on."""
+    rule = decision.rule
+    acted_on = _ACTED_ON.get(rule.action, frozenset()) if rule else frozenset()
+    return ruleset.reads(decision) | acted_on
+
 
 def overrides_key(rule: Rule) -> str:
     """The rule's overrides as canonical JSON: equal overrides, equal text, one batch."""

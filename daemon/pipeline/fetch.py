@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Literal
 
 import structlog
 
 from daemon.metrics import Metrics
 from daemon.pipeline.calls import recording
-from daemon.pipeline.decide import outcome_of
+from daemon.pipeline.decide import outcome_of, reads
 from daemon.pipeline.failures import backoff, is_final_for
 from daemon.replicas import replica_id
-from daemon.rules import facts
+from daemon.rules import Decision, Ruleset, facts
+from daemon.rules.callback import message_of, told
+from daemon.rules.conditions import Facts
 from daemon.rules.live import LiveRules
 from daemon.store import Store, StoreUnavailable
 from daemon.store.backoff import StoreBackoff
@@ -46,6 +50,7 @@ class Fetcher:
         replica: str | None = None,
         supervisor: Supervisor | None = None,
         dry_run: bool = False,
+        fetch: Literal["always", "needed"] = "always",
         workers: int = 4,
         chunk: int = 25,
         lease: float = 300.0,
@@ -62,8 +67,9 @@ class Fetcher:
         Only an answer that is final for the dlqId (a 4xx but 401/403/404/408/429) ends it
         `failed`, after `max_tries`; a service or network that is down never does. Idle
         workers look again every `idle_poll` seconds (retries come due) or as soon as
-        `wake` says a callback arrived. The leases are `replica`'s (daemon/replicas.py),
-        and its decided dlqIds with them."""
+        `wake` says a callback arrived. `fetch` is RECOVERYD_FETCH: with "needed", a
+        signed callback that tells what the rules read is decided without a GET. The
+        leases are `replica`'s (daemon/replicas.py), and its decided dlqIds with them."""
         self._store = store
         self._client = client
         self._rules = rules
@@ -71,6 +77,7 @@ class Fetcher:
         self._on_decided = on_decided
         self._supervisor = supervisor or Supervisor(metrics)
         self._dry_run = dry_run
+        self._from_callbacks = fetch == "needed"
         self._workers = workers
         self._chunk = chunk
         self._lease = lease
@@ -153,6 +160,10 @@ class Fetcher:
 
     async def _fetch(self, claimed: Claimed) -> Outcome:
         dlq_id = claimed.dlq_id
+        if self._from_callbacks and claimed.signed_callback is not None:
+            outcome = self._from_callback(dlq_id, claimed.signed_callback)
+            if outcome is not None:
+                return outcome
         with recording() as calls:
             try:
                 message = await self._client.get_dlq_message(dlq_id)
@@ -165,7 +176,38 @@ class Fetcher:
         known = facts(
             message.model_dump(by_alias=True, exclude_none=True), self._client.header_prefix
         )
+        return self._decided(dlq_id, ruleset, known, ruleset.decide(known), tuple(calls))
+
+    def _from_callback(self, dlq_id: str, body: bytes) -> Outcome | None:
+        """The outcome decided from the signed callback alone, or None when it does not
+        tell every field the decision and its action read (rules/callback.py): then the
+        DLQ message is read, as with RECOVERYD_FETCH=always."""
+        try:
+            callback = json.loads(body)
+        except ValueError:  # checked when it came in: only a store's damage gets here
+            return None
+        if not isinstance(callback, dict):
+            return None
+        ruleset = self._rules.current
+        known = facts(message_of(callback), self._client.header_prefix)
         decision = ruleset.decide(known)
+        missing = reads(decision, ruleset) - told(callback)
+        if missing:
+            log.debug("the callback lacks fields the rules read; reading the DLQ message",
+                      dlq_id=dlq_id, missing=sorted(missing))  # fmt: skip
+            return None
+        return self._decided(dlq_id, ruleset, known, decision, (), source="callback")
+
+    def _decided(
+        self,
+        dlq_id: str,
+        ruleset: Ruleset,
+        known: Facts,
+        decision: Decision,
+        calls: tuple[dict[str, object], ...],
+        source: str = "message",
+    ) -> Outcome:
+        self._metrics.decided_from.labels(source).inc()
         for rule in decision.matched:
             self._metrics.decisions.labels(rule.name, rule.action).inc()
         if not decision.matched:
@@ -178,11 +220,12 @@ class Fetcher:
             dry_run=self._dry_run,
             header_prefix=self._client.header_prefix,
             now=self._wall_clock(),
-            calls=tuple(calls),
+            calls=calls,
         )
         log.info(
             "decided",
             dlq_id=dlq_id,
+            source=source,
             rule=outcome.rule,
             action=outcome.action,
             state=outcome.state,

@@ -37,6 +37,23 @@ CARRIED: frozenset[str] = frozenset(
 ) & frozenset(FIELDS)
 
 
+def told(callback: Mapping[str, Any]) -> frozenset[str]:
+    """The DLQ message fields whose value `callback` tells, an empty one included: those
+    it has a key for, and those derived from the headers it carries. A field it has no
+    key for may still be set on the message, so a rule that reads one needs the GET."""
+    fields = {name for name in _SAME if callback.get(name) is not None}
+    fields |= {renamed for name, renamed in (_RENAMED | _HEADERS).items()
+               if callback.get(name) is not None}  # fmt: skip
+    for name, pair in _BODIES.items():
+        if callback.get(name) is not None:
+            fields.update(pair)  # one of the two is set, on the message as here
+    if "header" in fields:  # as fields.facts derives them when the message lacks its own
+        fields |= {"workflowRunId", "flowControlKey", "labels"}
+    if "workflowRunId" in fields:
+        fields.add("workflow")
+    return frozenset(fields) & CARRIED
+
+
 def message_of(callback: Mapping[str, Any]) -> dict[str, Any]:
     """The DLQ message fields `callback` carries, named and shaped as the message has
     them: bodies decoded to text when they are UTF-8 (else kept base64, as

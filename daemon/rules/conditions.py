@@ -51,6 +51,12 @@ def compile_match(spec: Any, loc: Loc) -> tuple[Predicate, list[Mistake], frozen
     return predicate, compiler.problems, frozenset(compiler.reads)
 
 
+def value_test(kind: Kind, spec: Any) -> ValueTest:
+    """The test of one value of `kind` by a condition already checked (rules/compiled.py
+    reuses these where inlining would gain little)."""
+    return _Compiler().value_test("", kind, spec, ())
+
+
 class _Compiler:
     def __init__(self) -> None:
         self.problems: list[Mistake] = []
@@ -114,7 +120,7 @@ class _Compiler:
                 parts.append(self.error(here, f"not a header name: {header!r}", at_key=True))
                 continue
             test = self.value_test(f"header {header}", Kind.TEXT, condition, here)
-            parts.append(_header_test(name, header.lower(), test))
+            parts.append(header_test(name, header.lower(), test))
         return all_of(parts)
 
     def value_test(self, name: str, kind: Kind, spec: Any, loc: Loc) -> ValueTest:
@@ -213,7 +219,7 @@ def _none_pass(value: Any) -> bool:
 _NO_HEADERS: Mapping[str, tuple[str, ...]] = {}
 
 
-def _header_test(field: str, header: str, test: ValueTest) -> Predicate:
+def header_test(field: str, header: str, test: ValueTest) -> Predicate:
     def holds(facts: Facts) -> bool:
         values = facts.get(field, _NO_HEADERS).get(header)
         if not values:

@@ -47,7 +47,13 @@ FIELDS: Mapping[str, Kind] = {
 
 def facts(message: Mapping[str, Any], header_prefix: str = "Service") -> dict[str, Any]:
     """The values rules test for `message`, a DLQ message as JSON (spec 2.1)."""
-    found = {name: value for name, value in message.items() if name in FIELDS and _present(value)}
+    # Presence tested inline: a call per field was a fifth of this function's time
+    # (bench/rules).
+    found = {
+        name: value
+        for name, value in message.items()
+        if name in FIELDS and value is not None and value != "" and value != [] and value != {}
+    }
     for name in ("header", "responseHeader"):
         headers = _header_map(message.get(name))
         found.pop(name, None)
@@ -68,10 +74,6 @@ def facts(message: Mapping[str, Any], header_prefix: str = "Service") -> dict[st
     return found
 
 
-def _present(value: Any) -> bool:
-    return value is not None and value != "" and value != [] and value != {}
-
-
 def _header_map(value: Any) -> dict[str, tuple[str, ...]]:
     """Header name (lower case) -> its text values; one string counts as a list of one,
     and an empty value is no value, as an empty field is a missing one."""
@@ -79,11 +81,17 @@ def _header_map(value: Any) -> dict[str, tuple[str, ...]]:
         return {}
     headers: dict[str, tuple[str, ...]] = {}
     for name, values in value.items():
-        listed = [values] if isinstance(values, str) else values
-        if isinstance(name, str) and isinstance(listed, list | tuple):
-            kept = tuple(v for v in listed if isinstance(v, str) and v)
-            if kept:
-                headers[name.lower()] = headers.get(name.lower(), ()) + kept
+        if not isinstance(name, str):
+            continue
+        if isinstance(values, str):
+            kept: tuple[str, ...] = (values,) if values else ()
+        elif isinstance(values, (list, tuple)):  # a tuple: faster than list | tuple
+            kept = tuple([v for v in values if isinstance(v, str) and v])
+        else:
+            continue
+        if kept:
+            key = name.lower()
+            headers[key] = headers[key] + kept if key in headers else kept
     return headers
 
 

@@ -7,12 +7,14 @@ matching rules out, first match winning unless a rule says `continue`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.rules.compiled import Compiled, compile_ruleset
 from daemon.rules.conditions import Facts, Predicate, compile_match
 from daemon.rules.model import (
     ACTION_KEYS,
@@ -65,9 +67,11 @@ class Rule:
 
 @dataclass(frozen=True)
 class Decision:
-    """The rules a message matched, in order; the last one ended the evaluation."""
+    """The rules a message matched, in order; the last one ended the evaluation.
+    `evaluated`: how many of the rules, from the first, were tested to reach it."""
 
     matched: tuple[Rule, ...]
+    evaluated: int = 0
 
     @property
     def rule(self) -> Rule | None:
@@ -83,14 +87,57 @@ class Ruleset:
     digest: str  # sha256 of the file's bytes, to tell versions apart
     source: str
 
+    def __post_init__(self) -> None:
+        self._compiled, self._decisions  # noqa: B018 (compiled as the file loads, not later)
+
     def decide(self, facts: Facts) -> Decision:
+        """The decision, by the rules compiled into one function (rules/compiled.py)."""
+        continued: list[int] = []
+        last = self._compiled(facts, continued)
+        if not continued:
+            return self._decisions[last]
+        matched = [self.rules[index] for index in continued]
+        if last < 0:
+            return Decision(tuple(matched), len(self.rules))
+        return Decision((*matched, self.rules[last]), last + 1)
+
+    def interpret(self, facts: Facts) -> Decision:
+        """The same decision, rule by rule through each one's own predicate: the
+        reference the compiled rules are tested against, and what `explain` walks."""
         matched = []
-        for rule in self.rules:
+        for tested, rule in enumerate(self.rules, start=1):
             if rule.matches(facts):
                 matched.append(rule)
                 if not rule.spec.continue_:
-                    break
-        return Decision(tuple(matched))
+                    return Decision(tuple(matched), tested)
+        return Decision(tuple(matched), len(self.rules))
+
+    @functools.cached_property
+    def _compiled(self) -> Compiled:
+        return compile_ruleset(
+            [rule.spec.match for rule in self.rules], [rule.spec.continue_ for rule in self.rules]
+        )
+
+    @functools.cached_property
+    def _decisions(self) -> dict[int, Decision]:
+        """The decision each rule makes alone (-1: none matched), made once."""
+        decisions = {-1: Decision((), len(self.rules))}
+        for index, rule in enumerate(self.rules):
+            decisions[index] = Decision((rule,), index + 1)
+        return decisions
+
+    def reads(self, decision: Decision) -> frozenset[str]:
+        """The fields the rules tested to reach `decision` read: what a message must
+        carry for the same decision to be made from it."""
+        return self._reads_of_first[decision.evaluated]
+
+    @functools.cached_property
+    def _reads_of_first(self) -> tuple[frozenset[str], ...]:
+        """Item n: the fields the first n rules read."""
+        unions = [frozenset[str]()]
+        for rule in self.rules:
+            unions.append(unions[-1] | rule.reads)
+        return tuple(unions)
 
     def rule(self, name: str) -> Rule | None:
         return next((rule for rule in self.rules if rule.name == name), None)

@@ -37,11 +37,14 @@ class StoreUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Callback:
-    """A failure callback as received: its DLQ id and the exact bytes that were signed."""
+    """A failure callback as received: its DLQ id and the exact bytes that were signed.
+    `verified`: its signature held over those bytes (not taken unsigned), so the pipeline
+    may decide from it without reading the DLQ message (RECOVERYD_FETCH=needed)."""
 
     dlq_id: str
     body: bytes = field(repr=False)
     received_at: float
+    verified: bool = False
 
 
 class SingletonLock(Protocol):
@@ -125,6 +128,7 @@ class Store(Protocol):
         done: Sequence[str] = (),
         again: Sequence[str] = (),
         failed: Sequence[str] = (),
+        gone: Sequence[str] = (),
         reason: str | None = None,
         runs: Sequence[dict[str, Any]] = (),
         calls: Sequence[dict[str, Any]] = (),
@@ -132,7 +136,7 @@ class Store(Protocol):
         now: float,
     ) -> list[Pending]:
         """Close a pending batch: `done`, decided `again` (returned, with their rules, as
-        the batcher queues them), or `failed` with `reason`; a batch already settled is
+        the batcher queues them), or `failed` or `gone` with `reason`; a batch already settled is
         left as it is. `sent`: the call may have reached the service, and counts as a
         send of each of its dlqIds; False when it was refused before the service acted
         (or never made)."""

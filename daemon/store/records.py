@@ -43,6 +43,9 @@ class Claimed:
 
     dlq_id: str
     tries: int  # fetch attempts, this one included
+    # The callback's bytes when its signature verified: what a decision may be made from
+    # without a GET (RECOVERYD_FETCH=needed). None for one taken unsigned.
+    signed_callback: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ MIGRATIONS = (
     sweeps.SCHEMA,
     endpoints.SCHEMA,
     lineage.RUN_INDEX_DROPPED,
+    pipeline.VERIFIED,
 )
 
 
@@ -176,10 +177,11 @@ class SQLiteStore:
     async def get_callback(self, dlq_id: str) -> Callback | None:
         row = await self._run(
             lambda c: c.execute(
-                "SELECT dlq_id, body, received_at FROM callbacks WHERE dlq_id = ?", (dlq_id,)
+                "SELECT dlq_id, body, received_at, verified FROM callbacks WHERE dlq_id = ?",
+                (dlq_id,),
             ).fetchone()
         )
-        return None if row is None else Callback(row[0], bytes(row[1]), row[2])
+        return None if row is None else Callback(row[0], bytes(row[1]), row[2], bool(row[3]))
 
     async def inbox_depth(self) -> int:
         return await self._run(pipeline.inbox_depth)
@@ -234,6 +236,7 @@ class SQLiteStore:
         done: Sequence[str] = (),
         again: Sequence[str] = (),
         failed: Sequence[str] = (),
+        gone: Sequence[str] = (),
         reason: str | None = None,
         runs: Sequence[dict[str, Any]] = (),
         calls: Sequence[dict[str, Any]] = (),
@@ -242,8 +245,8 @@ class SQLiteStore:
     ) -> list[Pending]:
         def settle(connection: sqlite3.Connection) -> list[Pending]:
             return pipeline.settle_batch(
-                connection, batch_id, done=done, again=again, failed=failed, reason=reason,
-                runs=runs, calls=calls, sent=sent, now=now,
+                connection, batch_id, done=done, again=again, failed=failed, gone=gone,
+                reason=reason, runs=runs, calls=calls, sent=sent, now=now,
             )  # fmt: skip
 
         return await self._write(settle)
@@ -587,10 +590,14 @@ class SQLiteStore:
             rows = list(new.values())
             for start in range(0, len(rows), ROWS_PER_STATEMENT):
                 chunk = rows[start : start + ROWS_PER_STATEMENT]
-                values = ", ".join(["(?, ?, ?)"] * len(chunk))
+                values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
                 connection.execute(
-                    f"INSERT INTO callbacks (dlq_id, body, received_at) VALUES {values}",
-                    [field for row in chunk for field in (row.dlq_id, row.body, row.received_at)],
+                    f"INSERT INTO callbacks (dlq_id, body, received_at, verified) VALUES {values}",
+                    [
+                        field
+                        for row in chunk
+                        for field in (row.dlq_id, row.body, row.received_at, row.verified)
+                    ],
                 )
             self._health.ensure_files()  # last, right before the COMMIT
         return outcomes

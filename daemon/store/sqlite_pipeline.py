@@ -70,6 +70,12 @@ SENT_AT = """
     UPDATE batches SET sent_at = created_at WHERE state = 'pending';
 """
 
+# Migration 14: whether the callback's signature verified. Rows from before it count as
+# unverified, so that RECOVERYD_FETCH=needed reads their DLQ messages as before.
+VERIFIED = """
+    ALTER TABLE callbacks ADD COLUMN verified INTEGER NOT NULL DEFAULT 0;
+"""
+
 # Migration 5: the pending-work queries must not read the finished work, which is nearly
 # all of the table. `claimable` holds only received rows (partial), ordered so that claim
 # reads the free ones and the due ones without stepping over those in backoff or leased;
@@ -137,10 +143,10 @@ def claim(
         f"  SELECT * FROM (SELECT rowid AS id, received_at {claimable} "
         "    AND lease_until <= :now ORDER BY received_at LIMIT :limit)"
         ") ORDER BY received_at LIMIT :limit) "
-        "RETURNING dlq_id, tries",
+        "RETURNING dlq_id, tries, CASE WHEN verified THEN body END",
         {"owner": owner, "until": now + lease, "now": now, "limit": limit},
     ).fetchall()
-    return [Claimed(dlq_id, tries) for dlq_id, tries in rows]
+    return [Claimed(dlq_id, tries, signed) for dlq_id, tries, signed in rows]
 
 
 def settle(
@@ -269,6 +275,7 @@ def settle_batch(
     done: Iterable[str] = (),
     again: Iterable[str] = (),
     failed: Iterable[str] = (),
+    gone: Iterable[str] = (),
     reason: str | None = None,
     runs: Sequence[dict[str, Any]] = (),
     calls: Sequence[dict[str, Any]] = (),
@@ -276,7 +283,7 @@ def settle_batch(
     now: float,
 ) -> list[Pending]:
     """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
-    batch), or `failed` with `reason`; returns those decided again, with their rules.
+    batch), or `failed` or `gone` with `reason`; returns those decided again, with their rules.
     `sent`: the call may have reached the service, and counts as a send for every dlqId
     of the batch; False when it was refused before the service acted or never made. A
     batch already settled is left as it is (its dlqIds may be in another batch now)."""
@@ -298,7 +305,12 @@ def settle_batch(
             "WHERE dlq_id IN (SELECT value FROM json_each(?))",
             (found[1],),
         )
-    moves = (("done", done, None), ("decided", again, reason), ("failed", failed, reason))
+    moves = (
+        ("done", done, None),
+        ("decided", again, reason),
+        ("failed", failed, reason),
+        ("gone", gone, reason),
+    )
     for state, dlq_ids, why in moves:
         connection.executemany(
             "UPDATE callbacks SET state = :state, reason = :reason, updated_at = :now, "

@@ -1,6 +1,7 @@
-"""`python -m bench.drain` with three replicas on PostgreSQL, briefly: it drains, its own
-checks pass (every dlqId resumed once, counted from the emulator's journal) and it
-prints its figures and verdicts (the figures are for a reader, not checked here)."""
+"""`python -m bench.drain`, briefly: with three replicas on PostgreSQL, and deciding from
+the callbacks beside reading every message. It drains, its own checks pass (every dlqId
+resumed once, counted from the emulator's journal) and it prints its figures and
+verdicts (the figures are for a reader, not checked here)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,25 @@ def test_three_replicas_drain_a_backlog_and_report_it(postgres_server: str) -> N
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 recoveryd on one PostgreSQL" in done.stdout
-    assert re.search(r"^recoveryd +600 +600 ", done.stdout, re.MULTILINE), done.stdout
+    assert re.search(r"^always +600 +600 ", done.stdout, re.MULTILINE), done.stdout
     for replica in range(3):
         assert f"recoveryd serve #{replica}: exit status 0" in done.stdout
+    verdicts = re.findall(r"^(PASS|MISS) ", done.stdout, re.MULTILINE)
+    assert len(verdicts) == 3, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_deciding_from_callbacks_drains_with_bulk_calls_alone_beside_always() -> None:
+    """`--fetch needed`: recoveryd reads no DLQ message, and `always` is measured in the
+    same run (its own daemon, the emulator reset) and printed beside it."""
+    done = run_bench(
+        "drain", "--fetch", "needed", "--skip-naive", "--entries", "500",
+        "--naive-entries", "100", "--rate", "50",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^needed +500 +0 +10 ", done.stdout, re.MULTILINE), done.stdout
+    assert re.search(r"^always +100 +100 ", done.stdout, re.MULTILINE), done.stdout
+    assert "as fast as always" in done.stdout
     verdicts = re.findall(r"^(PASS|MISS) ", done.stdout, re.MULTILINE)
     assert len(verdicts) == 3, done.stdout

@@ -9,6 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.serving import serve_in_thread
 from tests.emulator.support import Sink
 from tests.pipeline.support import Harness, dlq_ids_of, harness
@@ -51,17 +53,21 @@ async def publish_failing_workflows(h: Harness, app_url: str, count: int) -> set
     return run_ids
 
 
+@pytest.mark.parametrize("fetch", ["always", "needed"])
 async def test_a_workflow_that_always_fails_is_recovered_max_recoveries_times(
-    tmp_path: Path,
+    tmp_path: Path, fetch: str
 ) -> None:
     """Three workflows whose step always answers 500, failing together so that their
     dlqIds share batches: each is resumed exactly twice (each time under a new run id),
-    then its third failure is skipped with the budget's reason."""
+    then its third failure is skipped with the budget's reason. Decided from the signed
+    callbacks alone (RECOVERYD_FETCH=needed), the same, with no read of the DLQ."""
     app = Sink(statuses={"/wf": 500})
     with serve_in_thread(app) as app_url:
         # PUBLIC_URL unset: the callbacks are signed for the daemon's loopback address.
         emulator = {"execute_runs": True}
-        async with harness(tmp_path, RESUME_TWICE, emulator=emulator, PUBLIC_URL="") as h:
+        async with harness(
+            tmp_path, RESUME_TWICE, emulator=emulator, PUBLIC_URL="", FETCH=fetch
+        ) as h:
             first = await publish_failing_workflows(h, app_url, 3)
             assert await h.settled(9, seconds=60) == {"done": 6, "skipped": 3}
             await h.control.post("/_emulator/idle")
@@ -74,6 +80,7 @@ async def test_a_workflow_that_always_fails_is_recovered_max_recoveries_times(
             ]
             shared = [call for call in await h.bulk_calls() if len(dlq_ids_of(call)) > 1]
             stops = h.recoveryd.metric("recoveryd_budget_exhausted_total", rule="resume-twice")
+            reads = [call for call in await h.journal() if call["path"].startswith("/v2/dlq/")]
 
     assert shared, "no batch held dlqIds of several workflows: the lines were never mixed"
     assert origins(runs, first) == Counter(dict.fromkeys(first, 2))
@@ -81,6 +88,7 @@ async def test_a_workflow_that_always_fails_is_recovered_max_recoveries_times(
     assert all("already recovered 2 times" in record["reason"] for record in skipped)
     assert stops == 3
     assert len(app.at("/wf")) == 9  # three first deliveries and six recovered runs
+    assert len(reads) == (9 if fetch == "always" else 0)
 
 
 async def test_a_run_id_seen_again_counts_against_the_same_budget(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
@@ -18,6 +19,7 @@ from tests.pipeline.support import BULK_PATHS, assert_recovered_once, dlq_ids_of
 from tests.processes import Served, serving
 from tests.support import callback_json, emulator_config, signed, workflows
 
+UNSETTLED = "the call's outcome was not recorded"  # a batch's reason, once checked
 RULES = """\
 version: 1
 rules:
@@ -102,16 +104,18 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
     )
     assert sent == Counter(dict.fromkeys(dlq_ids, 1))  # checked with GETs, never re-sent
     [batch] = killed["batches"]
-    assert batch["reason"] == "the call's outcome was not recorded"
+    assert batch["reason"] == UNSETTLED
     assert [event["state"] for event in killed["history"]] == ["decided", "batched", "done"]
 
 
+@pytest.mark.parametrize("fetch", ["always", "needed"])
 def test_three_kills_at_random_points_fail_nothing_and_recover_each_once(
-    tmp_path: Path,
+    tmp_path: Path, fetch: str
 ) -> None:
     """SIGKILL three times while batches are being formed and sent (each call held a
     while, so kills land in every step), then a last start: all done, none failed, each
-    run made once and each dlqId in one answered call."""
+    run made once and each dlqId in one answered call. With RECOVERYD_FETCH=needed,
+    decided from the callbacks: a dlqId is read only to check a call cut short."""
     chance = random.Random(20261123)
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES.replace("maxSize: 50, maxWait: 5s", "maxSize: 20, maxWait: 300ms"))
@@ -125,7 +129,7 @@ def test_three_kills_at_random_points_fail_nothing_and_recover_each_once(
         ).json()["dlqIds"]
         fault = {"kind": "latency", "seconds": 0.4, "times": 1000, "paths": ["/v2/workflows/"]}
         control.post("/_emulator/faults", json=fault).raise_for_status()
-        settings = {"SERVICE_URL": service_url, "RULES": str(rules)}
+        settings = {"SERVICE_URL": service_url, "RULES": str(rules), "FETCH": fetch}
 
         for kill in range(3):
             with serving(tmp_path, **settings) as served:
@@ -143,9 +147,17 @@ def test_three_kills_at_random_points_fail_nothing_and_recover_each_once(
         with serving(tmp_path, **settings) as served:
             wait_for(lambda: status(served)["states"]["done"] == 300, seconds=120)
             final = status(served)
+            journal = journal_of(control)
+            read = {
+                dlq_id: [batch["reason"] for batch in record(served, dlq_id)["batches"]]
+                for dlq_id in {call["path"].removeprefix("/v2/dlq/") for call in journal
+                               if call["method"] == "GET" and call["path"].startswith("/v2/dlq/")}
+            }  # fmt: skip
             served.stop()
         runs = control.get("/_emulator/runs").json()
-        journal = journal_of(control)
 
     assert {state: n for state, n in final["states"].items() if n} == {"done": 300}
     assert_recovered_once(journal, runs, dlq_ids)
+    if fetch == "needed":  # read only to check a call a kill cut short
+        assert len(read) < len(dlq_ids)
+        assert all(UNSETTLED in reasons for reasons in read.values()), read

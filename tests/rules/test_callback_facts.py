@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.emulator.delivery import Message, Outcome, WorkflowRef, callback_body
-from daemon.rules import facts, load_rules, parse_rules
-from daemon.rules.callback import CARRIED, message_of
+from daemon.pipeline.decide import outcome_of, reads
+from daemon.rules import Decision, facts, load_rules, parse_rules
+from daemon.rules.callback import CARRIED, message_of, told
 from daemon.rules.explain import explain
+from daemon.store import records
 
 SAMPLES = Path(__file__).resolve().parents[1] / "testdata" / "samples"
 RULES = load_rules(Path(__file__).resolve().parents[2] / "rules.yaml")
@@ -117,6 +119,25 @@ def test_a_callback_has_the_facts_and_the_decision_of_its_dlq_message(
     assert from_callback == from_message
     decided = RULES.decide(from_callback), RULES.decide(from_message)
     assert [rule.name for rule in decided[0].matched] == [rule.name for rule in decided[1].matched]
+    if reads(decided[0], RULES) <= told(callback):  # RECOVERYD_FETCH=needed decides it so
+        assert decided_as(decided[0], from_callback) == decided_as(decided[1], from_message)
+
+
+def decided_as(decision: Decision, known: dict[str, Any]) -> records.Outcome:
+    return outcome_of("dlq-1", decision, RULES, known, dry_run=False, header_prefix="Service",
+                      now=1.0, calls=())  # fmt: skip
+
+
+def test_the_workflow_callback_is_decided_as_its_message_with_no_read() -> None:
+    callback = sample("failure-callback-workflow.json")
+    from_callback = facts(message_of(callback))
+    decision = RULES.decide(from_callback)
+    assert decision.rule is not None
+    assert reads(decision, RULES) <= told(callback)
+    message = sample("dlq-message-workflow.json")
+    from_message = facts(message)
+    expected = decided_as(RULES.decide(from_message), from_message)
+    assert decided_as(decision, from_callback) == expected
 
 
 def test_a_rule_that_reads_a_field_no_callback_carries_is_not_decidable_from_one() -> None:

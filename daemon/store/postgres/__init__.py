@@ -160,12 +160,13 @@ class PostgresStore:
     async def get_callback(self, dlq_id: str) -> Callback | None:
         async def read(connection: Connection) -> tuple[Any, ...] | None:
             cursor = await connection.execute(
-                "SELECT dlq_id, body, received_at FROM callbacks WHERE dlq_id = %s", (dlq_id,)
+                "SELECT dlq_id, body, received_at, verified FROM callbacks WHERE dlq_id = %s",
+                (dlq_id,),
             )
             return await cursor.fetchone()
 
         row = await self._run(read)
-        return None if row is None else Callback(row[0], bytes(row[1]), row[2])
+        return None if row is None else Callback(row[0], bytes(row[1]), row[2], row[3])
 
     async def inbox_depth(self) -> int:
         return await self._run(pipeline.inbox_depth)
@@ -210,6 +211,7 @@ class PostgresStore:
         done: Sequence[str] = (),
         again: Sequence[str] = (),
         failed: Sequence[str] = (),
+        gone: Sequence[str] = (),
         reason: str | None = None,
         runs: Sequence[dict[str, Any]] = (),
         calls: Sequence[dict[str, Any]] = (),
@@ -218,8 +220,8 @@ class PostgresStore:
     ) -> list[Pending]:
         async def settle(connection: Connection) -> list[Pending]:
             return await pipeline.settle_batch(
-                connection, batch_id, done=done, again=again, failed=failed, reason=reason,
-                runs=runs, calls=calls, sent=sent, now=now,
+                connection, batch_id, done=done, again=again, failed=failed, gone=gone,
+                reason=reason, runs=runs, calls=calls, sent=sent, now=now,
             )  # fmt: skip
 
         return await self._write(settle)
@@ -540,10 +542,10 @@ class PostgresStore:
 
         async def insert(connection: Connection) -> set[str]:
             cursor = await connection.execute(
-                "INSERT INTO callbacks (dlq_id, body, received_at) "
-                "SELECT dlq_id, body, received_at "
-                "FROM unnest(%s::text[], %s::bytea[], %s::float8[], %s::bigint[]) "
-                "AS row (dlq_id, body, received_at, key) "
+                "INSERT INTO callbacks (dlq_id, body, received_at, verified) "
+                "SELECT dlq_id, body, received_at, verified "
+                "FROM unnest(%s::text[], %s::bytea[], %s::float8[], %s::boolean[], %s::bigint[]) "
+                "AS row (dlq_id, body, received_at, verified, key) "
                 "WHERE NOT EXISTS (SELECT 1 FROM pruned WHERE pruned.key = row.key) "
                 # In dlqId order: two replicas inserting the same dlqIds in different
                 # orders would each wait on a row the other inserted, a deadlock.
@@ -553,6 +555,7 @@ class PostgresStore:
                     [row.dlq_id for row in rows],
                     [row.body for row in rows],
                     [row.received_at for row in rows],
+                    [row.verified for row in rows],
                     [dedup_key(row.dlq_id) for row in rows],
                 ),
             )

@@ -63,11 +63,17 @@ async def claim(
         "), claimed AS ("
         "  UPDATE callbacks SET lease_owner = %(owner)s, lease_until = %(until)s, "
         "  tries = tries + 1 FROM picked WHERE callbacks.dlq_id = picked.dlq_id "
-        "  RETURNING callbacks.dlq_id, callbacks.tries, callbacks.received_at"
-        ") SELECT dlq_id, tries FROM claimed ORDER BY received_at, dlq_id",
+        "  RETURNING callbacks.dlq_id, callbacks.tries, callbacks.received_at, "
+        "  CASE WHEN callbacks.verified THEN callbacks.body END AS signed"
+        ") SELECT dlq_id, tries, signed FROM claimed ORDER BY received_at, dlq_id",
         {"owner": owner, "until": now + lease, "now": now, "limit": limit},
     )
-    return [Claimed(dlq_id, tries) for dlq_id, tries in await cursor.fetchall()]
+    rows = await cursor.fetchall()
+    return [Claimed(dlq_id, tries, _bytes(signed)) for dlq_id, tries, signed in rows]
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)  # psycopg gives bytea as memoryview
 
 
 async def settle(
@@ -284,6 +290,7 @@ async def settle_batch(
     done: Iterable[str] = (),
     again: Iterable[str] = (),
     failed: Iterable[str] = (),
+    gone: Iterable[str] = (),
     reason: str | None = None,
     runs: Sequence[dict[str, Any]] = (),
     calls: Sequence[dict[str, Any]] = (),
@@ -291,7 +298,7 @@ async def settle_batch(
     now: float,
 ) -> list[Pending]:
     """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
-    batch), or `failed` with `reason`; returns those decided again, with their rules.
+    batch), or `failed` or `gone` with `reason`; returns those decided again, with their rules.
     `sent`: the call may have reached the service, and counts as a send for every dlqId
     of the batch; False when it was refused before the service acted or never made. A
     batch already settled is left as it is (its dlqIds may be in another batch now).
@@ -325,7 +332,12 @@ async def settle_batch(
             (list(found[1]),),
         )
     again = list(again)
-    moves = (("done", done, None), ("decided", again, reason), ("failed", failed, reason))
+    moves = (
+        ("done", done, None),
+        ("decided", again, reason),
+        ("failed", failed, reason),
+        ("gone", gone, reason),
+    )
     for state, dlq_ids, why in moves:
         await _move(connection, batch_id, state, list(dlq_ids), why, now)
     return await _decided(connection, again)

@@ -240,4 +240,10 @@ INITIAL = """
     CREATE INDEX endpoint_removals_by_intent ON endpoint_removals (intended_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (INITIAL,)
+# Migration 2: whether the callback's signature verified; earlier rows count as not, so
+# that RECOVERYD_FETCH=needed reads their DLQ messages as before.
+VERIFIED = """
+    ALTER TABLE callbacks ADD COLUMN verified boolean NOT NULL DEFAULT false;
+"""
+
+MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED)
