@@ -40,7 +40,9 @@ def compile_ruleset(matches: Sequence[Any], continues: Sequence[bool]) -> Compil
         lines.append(f"    if {test}:")
         lines.append(f"        continued.append({index})" if goes_on else f"        return {index}")
     lines.append("    return -1")
-    namespace: dict[str, Any] = {"MISSING": MISSING, **writer.constants}
+    namespace: dict[str, Any] = {
+        "MISSING": MISSING, "NO_HEADERS": {}, "EMPTY": frozenset(), **writer.constants,
+    }  # fmt: skip
     exec(compile("\n".join(lines), "<rules.yaml, compiled>", "exec"), namespace)
     decide: Compiled = namespace["decide"]
     return decide
@@ -60,14 +62,15 @@ class _Writer:
 
     def __init__(self) -> None:
         self.fields: dict[str, int] = {}  # field name -> the number of its locals
-        self.typed: dict[str, str] = {}  # type-test local -> its expression
+        self.derived: dict[str, str] = {}  # local -> its expression over the field locals
+        self.headers: dict[tuple[str, str], int] = {}  # (field, header) -> its locals' number
         self.constants: dict[str, Any] = {}
         self._constant_names: dict[Any, str] = {}
         self.memos: dict[str, str] = {}  # expression -> the local that keeps its value
 
     def preamble(self) -> list[str]:
         lines = [f"    v{n} = get({name!r}, MISSING)" for name, n in self.fields.items()]
-        lines += [f"    {local} = {expression}" for local, expression in self.typed.items()]
+        lines += [f"    {local} = {expression}" for local, expression in self.derived.items()]
         if self.memos:
             lines.append("    " + " = ".join(self.memos.values()) + " = None")
         return lines
@@ -82,16 +85,35 @@ class _Writer:
         return self.constant((type(value), value), lambda: value)
 
     def local(self, field: str, kind: str = "") -> str:
-        """The local holding `field`'s value, or with `kind` ("s": str, "n": number) the
-        one holding whether the value is of that type."""
+        """The local holding `field`'s value, or with `kind` one derived from it: "s",
+        "n", "b" whether it is a str, a number, a bool; "t" the set of the str items of
+        a list (None when it is not a list)."""
         n = self.fields.setdefault(field, len(self.fields))
-        if kind == "s":
-            self.typed[f"s{n}"] = f"type(v{n}) is str"
-        elif kind == "n":
-            self.typed[f"n{n}"] = f"(type(v{n}) is int or type(v{n}) is float)"
-        elif kind == "b":
-            self.typed[f"b{n}"] = f"type(v{n}) is bool"
-        return f"{kind or 'v'}{n}"
+        v = f"v{n}"
+        if not kind:
+            return v
+        self.derived[f"{kind}{n}"] = {
+            "s": f"type({v}) is str",
+            "n": f"(type({v}) is int or type({v}) is float)",
+            "b": f"type({v}) is bool",
+            "t": f"(frozenset([x for x in {v} if type(x) is str]) "
+            f"if type({v}) is tuple or type({v}) is list else None)",
+        }[kind]
+        return f"{kind}{n}"
+
+    def header_values(self, field: str, header: str) -> tuple[str, str]:
+        """The locals holding the header's values (None when it has none) and the set of
+        those that are str."""
+        found = self.local(field)
+        n = self.headers.setdefault((field, header), len(self.headers))
+        values, strs = f"g{n}", f"h{n}"
+        self.derived[values] = (
+            f"({found} if {found} is not MISSING else NO_HEADERS).get({header!r})"
+        )
+        self.derived[strs] = (
+            f"frozenset([x for x in {values} if type(x) is str]) if {values} else EMPTY"
+        )
+        return values, strs
 
     def once(self, expression: str) -> _Test:
         memo = self.memos.setdefault(expression, f"m{len(self.memos)}")
@@ -123,7 +145,18 @@ class _Writer:
         return sorted(parts, key=lambda test: test.cost)
 
     def header(self, field: str, header: str, spec: Any) -> _Test:
-        # A loop over the header's values: the interpreter's own predicate.
+        """`header: {Name: spec}` holds when one of the header's values satisfies spec,
+        or when it has none and spec holds for a missing value."""
+        op, operand = next(iter(spec.items())) if isinstance(spec, dict) else ("equals", spec)
+        if (not isinstance(spec, dict) or len(spec) == 1) and op in ("equals", "in", "exists"):
+            values, strs = self.header_values(field, header.lower())
+            if op == "exists":
+                return _Test(_CHEAP, f"(not not {values})" if operand else f"(not {values})")
+            if op == "equals":
+                return _Test(_CHEAP, f"({self.scalar(operand)} in {strs})")
+            members = self.constant(("in", frozenset(operand)), lambda: frozenset(operand))
+            return _Test(_CHEAP, f"(not {members}.isdisjoint({strs}))")
+        # Other tests, or several of one value: the interpreter's own predicate.
         name = self.constant(
             ("header", field, header.lower(), repr(spec)),
             lambda: header_test(field, header.lower(), value_test(Kind.TEXT, spec)),
@@ -152,11 +185,12 @@ class _Writer:
         if op == "regex":
             pattern = self.constant(("regex", operand), lambda: re.compile(operand).fullmatch)
             return self.once(f"({s} and {pattern}({v}) is not None)")
-        # any, all: list fields; the interpreter's test of the value.
-        name = self.constant(
-            ("value", kind, op, repr(operand)), lambda: value_test(kind, {op: operand})
-        )
-        return self.once(f"{name}({v})")
+        # any, all: list fields, over the set of their str items.
+        items = self.local(field, "t")
+        wanted = self.constant(("in", frozenset(operand)), lambda: frozenset(operand))
+        if op == "any":
+            return _Test(_CHEAP, f"({items} is not None and not {wanted}.isdisjoint({items}))")
+        return _Test(_CHEAP, f"({items} is not None and {wanted} <= {items})")
 
 
 def _all(tests: Sequence[_Test]) -> str:

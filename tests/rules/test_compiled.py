@@ -180,3 +180,35 @@ def test_every_operator_of_one_condition_is_decided_alike_on_every_value() -> No
                     assert compiled == interpreted, (rule, value)
                     tried += 1
     assert tried > 300
+
+
+_HEADER_SPECS: list[Any] = [
+    "acme", {"equals": "acme"}, {"in": ["acme", "x"]}, {"notIn": ["acme"]}, {"exists": True},
+    {"exists": False}, {"prefix": "ac"}, {"prefix": "ac", "suffix": "x"}, {"regex": "a.*"},
+]  # fmt: skip
+_HEADER_VALUES: list[Any] = [None, (), ("acme",), ("x", "acme"), ("acx",), ("ac", "x")]
+_LABEL_SPECS: list[Any] = [
+    {"any": ["a", "b"]}, {"all": ["a", "b"]}, {"exists": True}, {"exists": False},
+    {"any": ["a"], "all": ["b"]},
+]  # fmt: skip
+_LABEL_VALUES: list[Any] = [None, (), ("a",), ("a", "b"), ["b", "a", 3], ("c",), "a", 5]
+
+
+def _decided_alike(match: dict[str, Any], known: dict[str, Any]) -> None:
+    rule = {"name": "r", "match": match, "action": "ignore"}
+    ruleset = parse_rules("version: 1\nrules:\n  - " + json.dumps(rule) + "\n")
+    compiled, interpreted = names(ruleset, known)
+    assert compiled == interpreted, (match, known)
+
+
+def test_every_header_and_list_condition_is_decided_alike_on_every_value() -> None:
+    """Header conditions test each value of the header (or a missing one when it has
+    none); list conditions the list's str items."""
+    for spec in _HEADER_SPECS:
+        for values in _HEADER_VALUES:
+            headers = {} if values is None else {"x-tenant": values, "other": ("acme",)}
+            _decided_alike({"header": {"X-Tenant": spec}}, {"header": headers})
+        _decided_alike({"header": {"X-Tenant": spec}}, {})
+    for spec in _LABEL_SPECS:
+        for labels in _LABEL_VALUES:
+            _decided_alike({"labels": spec}, {} if labels is None else {"labels": labels})
