@@ -120,6 +120,23 @@ def bare_server(workdir: Path) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
+def naive_server(workdir: Path, store: Path, signing_key: str, issuer: str) -> Iterator[Server]:
+    """bench.naive's FastAPI receiver under uvicorn, configured as `bare_server`, storing
+    into `store`."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "uvicorn", "bench.naive:app",
+        "--host", HOST, "--port", str(port),
+        "--loop", "uvloop", "--http", "httptools",
+        "--no-access-log", "--log-level", "warning", "--lifespan", "off",
+    ]  # fmt: skip
+    settings = {"BENCH_NAIVE_DB": str(store), "BENCH_NAIVE_KEY": signing_key,
+                "BENCH_NAIVE_ISSUER": issuer}  # fmt: skip
+    with _running("naive FastAPI", command, port, workdir, "/docs", settings) as server:
+        yield server
+
+
+@contextlib.contextmanager
 def recoveryd_server(
     workdir: Path,
     store: Path | str,

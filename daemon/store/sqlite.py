@@ -46,8 +46,8 @@ from daemon.store.removals import Removal, RemovalResult
 from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
 
 T = TypeVar("T")
-# At most 3 parameters a row: 900 stays under the 999 that SQLite before 3.32 allows.
-ROWS_PER_STATEMENT = 300
+# At most 4 parameters a row: 996 stays under the 999 that SQLite before 3.32 allows.
+ROWS_PER_STATEMENT = 249
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 CACHE_KIB = 64 * 1024  # the pages of the indexes that ingest and claims walk stay in memory
 log = structlog.get_logger(__name__)

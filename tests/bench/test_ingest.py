@@ -1,6 +1,6 @@
 """`python -m bench.ingest`, briefly: recoveryd on SQLite and on PostgreSQL side by side,
-every answer and both stores checked by the bench itself (the figures are for a reader,
-not checked here)."""
+with the naive FastAPI peer, every answer and every store checked by the bench itself
+(the figures are for a reader, not checked here)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,15 @@ def test_ingest_prints_postgresql_next_to_sqlite(postgres_server: str) -> None:
     done = run_bench("ingest", "--requests", "500", "--rounds", "1", "--warmup", "100")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "fsync=on, synchronous_commit=on" in done.stdout
+    assert re.search(r"^naive FastAPI +[\d,]+ ", done.stdout, re.MULTILINE), done.stdout
+    assert (
+        'naive FastAPI store: 600 rows, 600 distinct dlqIds; 600 dlqIds were answered "accepted": OK'
+        in done.stdout
+    )  # noqa: E501
     for name in ("recoveryd serve", "recoveryd serve pg"):
         assert re.search(rf"^{name} +[\d,]+ ", done.stdout, re.MULTILINE), done.stdout
         assert re.search(rf"^ratio {name} / bare uvicorn: ", done.stdout, re.MULTILINE)
+        assert re.search(rf"^ratio {name} / naive FastAPI: ", done.stdout, re.MULTILINE)
         assert (
             f'{name} store: 600 rows, 600 distinct dlqIds; 600 dlqIds were answered "accepted": OK'
             in done.stdout
