@@ -52,11 +52,15 @@ async def fail_workflows(h: Harness, app_url: str, count: int) -> None:
         answer.raise_for_status()
 
 
-async def test_signed_callbacks_are_decided_and_recovered_without_a_read(tmp_path: Path) -> None:
+async def test_signed_callbacks_are_decided_and_recovered_without_a_read(
+    tmp_path: Path, store: dict[str, str]
+) -> None:
+    """On both stores: each keeps whether a callback's signature verified, and hands the
+    signed bytes to the worker that claims it."""
     app = Sink(statuses={"/wf": 503})
     with serve_in_thread(app) as app_url:
         # PUBLIC_URL unset: the callbacks are signed for the daemon's loopback address.
-        async with harness(tmp_path, RESUME_BY_STATUS, FETCH="needed", PUBLIC_URL="") as h:
+        async with harness(tmp_path, RESUME_BY_STATUS, FETCH="needed", PUBLIC_URL="", **store) as h:
             await fail_workflows(h, app_url, 25)
             assert await h.settled(25) == {"done": 25}
             dlq_ids = [run["sourceDlqId"] for run in await h.runs()]

@@ -7,19 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from tests.pipeline.support import dlq_ids_of, harness, sent_per_dlq_id
 from tests.support import workflows
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest) -> dict[str, str]:
-    """The settings that put recoveryd on each store (SQLite is the tests' default)."""
-    if request.param == "postgres":
-        return {"STORE": request.getfixturevalue("postgres_url")}
-    return {}
-
 
 RESTART_BILLING = """\
 version: 1
