@@ -104,34 +104,33 @@ def raw_server(workdir: Path) -> Iterator[Server]:
         yield server
 
 
-@contextlib.contextmanager
-def bare_server(workdir: Path) -> Iterator[Server]:
-    """bench.baselines' bare ASGI app under uvicorn, configured as recoveryd's listener is
-    (daemon/serving.py): one process, uvloop, httptools, no access log, no lifespan."""
-    port = free_port()
-    command = [
-        sys.executable, "-m", "uvicorn", "bench.baselines:bare_app",
+def _uvicorn(app: str, port: int) -> list[str]:
+    """uvicorn serving `app` as recoveryd's listener is configured (daemon/serving.py):
+    one process, uvloop, httptools, no access log, no lifespan."""
+    return [
+        sys.executable, "-m", "uvicorn", app,
         "--host", HOST, "--port", str(port),
         "--loop", "uvloop", "--http", "httptools",
         "--no-access-log", "--log-level", "warning", "--lifespan", "off",
     ]  # fmt: skip
-    with _running("bare uvicorn", command, port, workdir, "/") as server:
+
+
+@contextlib.contextmanager
+def bare_server(workdir: Path) -> Iterator[Server]:
+    """bench.baselines' bare ASGI app under uvicorn, configured as recoveryd's listener is."""
+    port = free_port()
+    with _running("bare uvicorn", _uvicorn("bench.baselines:bare_app", port), port, workdir,
+                  "/") as server:  # fmt: skip
         yield server
 
 
 @contextlib.contextmanager
 def naive_server(workdir: Path, store: Path, signing_key: str, issuer: str) -> Iterator[Server]:
-    """bench.naive's FastAPI receiver under uvicorn, configured as `bare_server`, storing
-    into `store`."""
+    """bench.naive's FastAPI receiver under the same uvicorn, storing into `store`."""
     port = free_port()
-    command = [
-        sys.executable, "-m", "uvicorn", "bench.naive:app",
-        "--host", HOST, "--port", str(port),
-        "--loop", "uvloop", "--http", "httptools",
-        "--no-access-log", "--log-level", "warning", "--lifespan", "off",
-    ]  # fmt: skip
     settings = {"BENCH_NAIVE_DB": str(store), "BENCH_NAIVE_KEY": signing_key,
                 "BENCH_NAIVE_ISSUER": issuer}  # fmt: skip
+    command = _uvicorn("bench.naive:app", port)
     with _running("naive FastAPI", command, port, workdir, "/docs", settings) as server:
         yield server
 
