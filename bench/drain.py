@@ -2,10 +2,12 @@
 
 The emulator (its own process, enforcing `--rate` requests per second) is seeded with
 `--entries` workflow DLQ entries, and recoveryd (its own process, one rule: resume every
-workflow run, batches of 50 within 1 s) is sent their signed failure callbacks as fast as
-a few connections carry them. The clock starts at the first callback and stops when
-recoveryd's status counts every dlqId `done`. recoveryd must make one GET per dlqId and
-one bulk resume per 50, so no client can finish before (N + ceil(N/50)) / rate seconds.
+workflow run, batches of 50 within 1 s) is sent their signed failure callbacks (signed
+beforehand) as fast as 32 keep-alive connections of bench.loadgen carry them: the bench's
+own client must not be what bounds a drain that makes no GET. The clock starts at the
+first callback and stops when recoveryd's status counts every dlqId `done`. recoveryd
+must make one GET per dlqId and one bulk resume per 50, so no client can finish before
+(N + ceil(N/50)) / rate seconds.
 
 The baseline, in the same run against the same emulator (reset): a loop of 8 workers
 that GETs each dlqId and resumes it with its own call, through the same ServiceClient,
@@ -58,11 +60,11 @@ from typing import Any
 import httpx
 
 from bench import servers
-from bench.ingest import log_problems
+from bench.ingest import SIGNING_KEY, SignedCallbacks, log_problems
+from bench.loadgen import drive
 from bench.options import positive_int
 from bench.postgres import Unavailable, durable_server
 from bench.servers import HOST, Server, ServerError, _running, free_port, log_tail
-from daemon.emulator.signing import sign
 from daemon.upstream import (
     MAX_BULK,
     Credentials,
@@ -75,8 +77,6 @@ SAMPLE = (
     Path(__file__).resolve().parent.parent / "tests/testdata/samples/failure-callback-workflow.json"
 )
 TOKEN = "tok_bench_drain"
-SIGNING_KEY = "bench-signing-key-0123456789abcdef"  # the daemon wants at least 32 bytes
-ISSUER = "Service"
 RULES = """\
 version: 1
 rules:
@@ -88,7 +88,11 @@ rules:
 GET_PREFIX = "/v2/dlq/"
 BULK_PATH = "/v2/workflows/dlq/resume"
 SEED_CHUNK = 1_000
-POSTERS = 8  # concurrent callback senders: ingest is far faster than the drain
+# Keep-alive connections a replica, at least: ingest is far faster than the drain. More
+# when a connection would carry more than the 1,000 requests recoveryd's listener
+# serves on one (RECOVERYD_MAX_REQUESTS_PER_CONNECTION).
+POSTERS = 32
+REQUESTS_PER_CONNECTION = 900
 NAIVE_WORKERS = 8
 POLL = 0.2  # seconds between looks at recoveryd's status
 TARGET_SHARE = 0.90
@@ -342,39 +346,27 @@ def drain_of(
 # recoveryd's drain.
 
 
-class Callbacks:
-    """The workflow failure callback sample, with each dlqId, signed as the service signs
-    (daemon.emulator.signing) just before it is sent: tokens live 300 s."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._sample = json.loads(SAMPLE.read_text())
-
-    def request(self, dlq_id: str) -> tuple[bytes, dict[str, str]]:
-        body = json.dumps(self._sample | {"dlqId": dlq_id}).encode()
-        signature = sign(body, url=self._url, key=SIGNING_KEY, issuer=ISSUER, now=time.time())
-        return body, {"Content-Type": "application/json", f"{ISSUER}-Signature": signature}
-
-
-async def post_callbacks(urls: Sequence[str], dlq_ids: Sequence[str]) -> float:
-    """Each dlqId's callback, POSTERS at a time, to each of `urls` in turn (each signed for
-    the first: replicas share one public URL); each must be accepted. The wall-clock time
-    the last one was."""
-    callbacks = Callbacks(f"{urls[0]}/callbacks")
-    todo = iter(enumerate(dlq_ids))
-    async with httpx.AsyncClient(timeout=30) as http:
-
-        async def poster() -> None:
-            for number, dlq_id in todo:
-                body, headers = callbacks.request(dlq_id)
-                url = f"{urls[number % len(urls)]}/callbacks"
-                response = await http.post(url, content=body, headers=headers)
-                if response.status_code != 200:
-                    raise BenchmarkError(
-                        f"callback {dlq_id}: {response.status_code} {response.text}"
-                    )
-
-        await asyncio.gather(*(poster() for _ in range(POSTERS)))
+async def post_callbacks(recoveryd: Sequence[Server], dlq_ids: Sequence[str]) -> float:
+    """Each dlqId's signed callback, to each replica in turn (each signed for the first:
+    replicas share one public URL), over keep-alive connections (POSTERS a replica, or
+    more) from bench.loadgen, signed before the first is sent (tokens live 300 s); each
+    must be accepted. The wall-clock time the last one was."""
+    callbacks = SignedCallbacks(json.loads(SAMPLE.read_text()))
+    signed_for = f"{url_of(recoveryd[0])}/callbacks"
+    shares = [
+        (replica, callbacks.requests(replica.host, replica.port, ids, signed_for), ids)
+        for number, replica in enumerate(recoveryd)
+        if (ids := dlq_ids[number :: len(recoveryd)])
+    ]
+    rounds = await asyncio.gather(*(
+        drive(replica.host, replica.port, requests,
+              connections=max(POSTERS, math.ceil(len(requests) / REQUESTS_PER_CONNECTION)))
+        for replica, requests, _ in shares
+    ))  # fmt: skip
+    for (replica, _, ids), sent in zip(shares, rounds, strict=True):
+        for dlq_id, status, body in zip(ids, sent.statuses, sent.bodies, strict=True):
+            if status != 200 or json.loads(body) != {"status": "accepted", "dlqId": dlq_id}:
+                raise BenchmarkError(f"callback {dlq_id} to {replica.name}: {status} {body!r}")
     return time.time()
 
 
@@ -417,8 +409,7 @@ async def send_and_wait(recoveryd: Sequence[Server], dlq_ids: Sequence[str], rat
     wait: a refused callback need not wait for the timeout, three times what the GETs
     alone need at `rate`, and 30 s."""
     timeout = 30 + 3 * len(dlq_ids) / rate
-    urls = [url_of(replica) for replica in recoveryd]
-    posting = asyncio.create_task(post_callbacks(urls, dlq_ids))
+    posting = asyncio.create_task(post_callbacks(recoveryd, dlq_ids))
     admin = url_of(recoveryd[0], recoveryd[0].admin_port)  # counts are the store's: shared
     waiting = asyncio.create_task(wait_done(admin, len(dlq_ids)))
     done, late = await asyncio.wait(

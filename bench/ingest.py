@@ -118,11 +118,17 @@ class SignedCallbacks:
     def batch(self, host: str, port: int, count: int) -> Batch:
         """`count` requests for the server at `host:port`. The tokens are valid for 300 s
         from now, so build a batch just before sending it."""
-        url = f"http://{host}:{port}/callbacks"
-        now = time.time()
         dlq_ids = [f"{self._prefix}-{next(self._numbers):07d}" for _ in range(count)]
-        requests = [self._request(host, port, url, dlq_id, now) for dlq_id in dlq_ids]
-        return Batch(requests, dlq_ids)
+        return Batch(self.requests(host, port, dlq_ids), dlq_ids)
+
+    def requests(
+        self, host: str, port: int, dlq_ids: Sequence[str], url: str | None = None
+    ) -> list[bytes]:
+        """The request of each dlqId for the server at `host:port`, signed for `url` (by
+        default the server's own /callbacks)."""
+        url = url or f"http://{host}:{port}/callbacks"
+        now = time.time()
+        return [self._request(host, port, url, dlq_id, now) for dlq_id in dlq_ids]
 
     def _request(self, host: str, port: int, url: str, dlq_id: str, now: float) -> bytes:
         body = json.dumps(self._sample | {"dlqId": dlq_id}, separators=(",", ":")).encode()

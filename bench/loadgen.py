@@ -58,16 +58,20 @@ def run_round(
     `server_cpu_seconds` reads the server's CPU time, so that the round can say how
     busy the server was while the clock ran.
     """
-    return uvloop.run(_run_round(host, port, requests, connections, server_cpu_seconds))
+    return uvloop.run(
+        drive(host, port, requests, connections=connections, server_cpu_seconds=server_cpu_seconds)
+    )
 
 
-async def _run_round(
+async def drive(
     host: str,
     port: int,
     requests: Sequence[bytes],
+    *,
     connections: int,
-    server_cpu_seconds: Callable[[], float],
+    server_cpu_seconds: Callable[[], float] = lambda: 0.0,
 ) -> Round:
+    """`run_round` in the running event loop (bench.drain sends callbacks while it polls)."""
     streams = await asyncio.gather(
         *(asyncio.open_connection(host, port) for _ in range(connections))
     )

@@ -68,14 +68,12 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import drain, servers
-from bench.ingest import log_problems
+from bench.ingest import ISSUER, SIGNING_KEY, log_problems
 from bench.options import positive_float
 from bench.servers import HOST, Server, ServerError, _running, free_port, log_tail
 from daemon.durations import parse_duration, shown_duration
 from daemon.emulator.signing import sign
 
-SIGNING_KEY = drain.SIGNING_KEY
-ISSUER = drain.ISSUER
 SERVICE_RPS = 100  # the emulator's limit: the service's, that recoveryd learns
 MAX_BODY_BYTES = 64 * 1024
 OVERSIZED_BYTES = MAX_BODY_BYTES + 32 * 1024
