@@ -131,11 +131,11 @@ async def test_an_unsigned_callback_is_read_from_the_dlq(tmp_path: Path) -> None
 
 
 async def test_a_bulk_call_that_recovers_none_of_its_dlq_ids_ends_them_gone(
-    tmp_path: Path,
+    tmp_path: Path, store: dict[str, str]
 ) -> None:
     """Decided from their callbacks, but deleted from the DLQ before the call: the
     service passes them over and lists no run, which says they were not there."""
-    async with harness(tmp_path, RESUME_BY_STATUS, FETCH="needed") as h:
+    async with harness(tmp_path, RESUME_BY_STATUS, FETCH="needed", **store) as h:
         dlq_ids = await h.seed(workflows(3, responseStatus=503))
         for dlq_id in dlq_ids:  # as a person at the console would
             deleted = await h.control.delete(f"/v2/dlq/{dlq_id}", headers=BEARER)
