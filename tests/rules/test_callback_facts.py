@@ -34,6 +34,21 @@ def test_the_workflow_callback_has_the_facts_of_its_dlq_message() -> None:
     assert from_callback == from_message
 
 
+def test_the_url_group_callback_has_the_facts_of_its_dlq_message_but_the_response() -> None:
+    """The URL Group pair of samples records two different answers of the endpoint (a
+    503 in the callback, a 410 in the DLQ message): the message's own fields agree, and
+    `callback` and `failureCallback` are the DLQ message's alone (not in CARRIED)."""
+    from_callback = facts(message_of(sample("failure-callback.json")))
+    from_message = facts(sample("dlq-message-url-group.json"))
+    response = {"responseStatus", "responseHeader", "responseBody", "responseBodyBase64"}
+    shared = (set(from_callback) | set(from_message)) - response - {"callback", "failureCallback"}
+    assert {name: from_callback.get(name) for name in shared} == {
+        name: from_message.get(name) for name in shared
+    }
+    assert {"callback", "failureCallback"}.isdisjoint(CARRIED)
+    assert (from_callback["responseStatus"], from_message["responseStatus"]) == (503, 410)
+
+
 def test_the_documentations_form_reads_numbers_and_single_header_values() -> None:
     """Timestamps as digit strings and a header value not in a list, as QStash's docs
     print a callback: the same facts as the service's own form."""
