@@ -205,8 +205,9 @@ class Fetcher:
         known: Facts,
         decision: Decision,
         calls: tuple[dict[str, object], ...],
-        source: str = "message",
+        source: Literal["callback", "message"] = "message",
     ) -> Outcome:
+        """Count and log `decision`, made from `source`; its outcome."""
         self._metrics.decided_from.labels(source).inc()
         for rule in decision.matched:
             self._metrics.decisions.labels(rule.name, rule.action).inc()

@@ -4,8 +4,8 @@ The interpreter (conditions.py) makes each condition a closure, and a decision c
 three or four of them per condition of every rule it tests: at 200 rules that is most
 of its time (bench/rules). Here every `match` becomes an expression over locals read
 once from the facts, and the rules one `if` each, in order, in a single function: the
-same tests, with no call per condition. Operands are names bound to the values the
-interpreter compiled, never source text, so no rule can inject code.
+same tests, with no call per condition. Operands are names bound to values in the
+function's namespace, never source text, so no rule can inject code.
 
 The semantics are the interpreter's, operator by operator (its value tests are the
 reference: the differential tests run both on bench/rulecases and generated messages).
@@ -84,6 +84,11 @@ class _Writer:
     def scalar(self, value: Any) -> str:
         return self.constant((type(value), value), lambda: value)
 
+    def members(self, values: Sequence[Any]) -> str:
+        """A set of the listed values, for `in`, `notIn`, `any` and `all`."""
+        members = frozenset(values)
+        return self.constant(("in", members), lambda: members)
+
     def local(self, field: str, kind: str = "") -> str:
         """The local holding `field`'s value, or with `kind` one derived from it: "s",
         "n", "b" whether it is a str, a number, a bool; "t" the set of the str items of
@@ -154,8 +159,7 @@ class _Writer:
                 return _Test(_CHEAP, f"(not not {values})" if operand else f"(not {values})")
             if op == "equals":
                 return _Test(_CHEAP, f"({self.scalar(operand)} in {strs})")
-            members = self.constant(("in", frozenset(operand)), lambda: frozenset(operand))
-            return _Test(_CHEAP, f"(not {members}.isdisjoint({strs}))")
+            return _Test(_CHEAP, f"(not {self.members(operand)}.isdisjoint({strs}))")
         # Other tests, or several of one value: the interpreter's own predicate.
         name = self.constant(
             ("header", field, header.lower(), repr(spec)),
@@ -173,8 +177,7 @@ class _Writer:
                 return _Test(_CHEAP, f"({typed} and {v} == {self.scalar(operand)})")
             if op in _COMPARISONS:
                 return _Test(_CHEAP, f"({typed} and {v} {_COMPARISONS[op]} {self.scalar(operand)})")
-            values = self.constant(("in", frozenset(operand)), lambda: frozenset(operand))
-            inside = f"({typed} and {v} in {values})"
+            inside = f"({typed} and {v} in {self.members(operand)})"
             return _Test(_CHEAP, inside if op == "in" else f"(not {inside})")
         s = self.local(field, "s")
         if op in ("prefix", "suffix", "contains"):
@@ -187,7 +190,7 @@ class _Writer:
             return self.once(f"({s} and {pattern}({v}) is not None)")
         # any, all: list fields, over the set of their str items.
         items = self.local(field, "t")
-        wanted = self.constant(("in", frozenset(operand)), lambda: frozenset(operand))
+        wanted = self.members(operand)
         if op == "any":
             return _Test(_CHEAP, f"({items} is not None and not {wanted}.isdisjoint({items}))")
         return _Test(_CHEAP, f"({items} is not None and {wanted} <= {items})")
