@@ -1,12 +1,14 @@
 """Signed callbacks/s that `recoveryd serve` stores durably, against a bare uvicorn app.
 
-Four servers run as their own processes: `recoveryd serve` on a fresh SQLite store; a
+Five servers run as their own processes: `recoveryd serve` on a fresh SQLite store; a
 bare ASGI app (bench.baselines) that reads the body and answers 200, under uvicorn with
 the settings of recoveryd's listener (one process, uvloop, httptools, no access log);
 the naive peer (bench.naive: FastAPI, PyJWT, one SQLite insert and commit per request
-with synchronous=FULL) under the same uvicorn; and a raw asyncio server that answers
+with synchronous=FULL) under the same uvicorn; recoveryd's receiver with a store that
+keeps nothing (bench.receiver_only), under the same uvicorn, whose rate is the most any
+store could give recoveryd here; and a raw asyncio server that answers
 without parsing, against which the load generator (bench.loadgen, in this process)
-shows its own ceiling. All three get the same load: the
+shows its own ceiling. All get the same load: the
 sample failure callback with a dlqId never sent before, signed just before its round,
 over the same keep-alive connections in a closed loop. After a warm-up, timed rounds
 alternate between the servers so that drift on a noisy machine hits them alike; a
@@ -56,6 +58,7 @@ from bench.servers import (
     log_tail,
     naive_server,
     raw_server,
+    receiver_server,
     recoveryd_server,
 )
 from daemon.emulator.signing import sign
@@ -86,10 +89,12 @@ class Options:
 
 @dataclass(frozen=True)
 class Target:
-    """A server under load; `stores` when its answers must say "accepted" for each dlqId."""
+    """A server under load; `accepts` when its answers must say "accepted" for each dlqId,
+    `stores` when its store must then hold each one too."""
 
     server: Server
     stores: bool = False
+    accepts: bool = False
 
     @property
     def name(self) -> str:
@@ -178,7 +183,7 @@ def _check_answers(target: Target, result: Round, dlq_ids: Sequence[str]) -> Non
     for status, body, dlq_id in zip(result.statuses, result.bodies, dlq_ids, strict=True):
         if status != 200:
             problem = f"status {status}"
-        elif target.stores and not _accepted(body, dlq_id):
+        elif (target.accepts or target.stores) and not _accepted(body, dlq_id):
             problem = "200 but not accepted"
         else:
             continue
@@ -265,7 +270,12 @@ class Summary:
 
 
 def print_summary(
-    summaries: dict[str, Summary], ceiling: str, bare: str, naive: str, recoveryd: Sequence[str]
+    summaries: dict[str, Summary],
+    ceiling: str,
+    bare: str,
+    naive: str,
+    receiver: str,
+    recoveryd: Sequence[str],
 ) -> None:
     columns = ("req/s", "p50 ms", "p99 ms", "CPU: server", "generator")
     print("\n{:<20} {:>9}  {:>7} {:>7}  {:>11} {:>9}".format("", *columns))
@@ -283,6 +293,11 @@ def print_summary(
         over = summaries[name].rate / summaries[naive].rate
         verdict = "PASS" if over > 1 else "BELOW"
         print(f"ratio {name} / {naive}: {over:.2f}   target > 1: {verdict}")
+    most = summaries[receiver].rate / summaries[bare].rate
+    print(
+        f"ratio {receiver} / {bare}: {most:.2f}   the most any store could give "
+        "recoveryd here; the rest of the gap to the bare app is the receiver's own work"
+    )
     headroom = summaries[ceiling].rate / summaries[bare].rate
     if headroom >= CEILING_MARGIN:
         judgement = "the load generator is not the bottleneck"
@@ -395,18 +410,26 @@ def run(options: Options) -> None:
         bare = up.enter_context(bare_server(workdir))
         naive_store = workdir / "naive.db"
         naive = up.enter_context(naive_server(workdir, naive_store, SIGNING_KEY, ISSUER))
+        receiver = up.enter_context(receiver_server(workdir, SIGNING_KEY, ISSUER))
         recoveryds, postgres = start_recoveryds(up, workdir, options.stores)
         if not recoveryds:
             raise BenchmarkError("no store to measure recoveryd on")
         bench = Bench(callbacks, options.connections)
         targets = [Target(raw), Target(bare), Target(naive, stores=True)]
-        targets += [Target(stored.server, stores=True) for stored in recoveryds]
+        targets += [Target(receiver, accepts=True)]
+        recoveryd_targets = [Target(stored.server, stores=True) for stored in recoveryds]
+        targets += recoveryd_targets
         postgres_cpu = postgres.cpu_seconds() if postgres else 0.0
         rounds = measure(bench, targets, options)
         summaries = {name: Summary.of(results) for name, results in rounds.items()}
         names = [stored.server.name for stored in recoveryds]
         print_summary(
-            summaries, ceiling=raw.name, bare=bare.name, naive=naive.name, recoveryd=names
+            summaries,
+            ceiling=raw.name,
+            bare=bare.name,
+            naive=naive.name,
+            receiver=receiver.name,
+            recoveryd=names,
         )
         if postgres is not None:
             seconds = sum(result.seconds for result in rounds["recoveryd serve pg"])
@@ -416,7 +439,7 @@ def run(options: Options) -> None:
         for stored in recoveryds:
             print_group_commits(stored.server)
         if options.profile:
-            profile_round(bench, targets[3], options.requests, workdir)
+            profile_round(bench, recoveryd_targets[0], options.requests, workdir)
         for stored in recoveryds:
             stored.exit_status = stored.server.stop()
         print()

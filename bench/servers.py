@@ -19,6 +19,7 @@ HOST = "127.0.0.1"
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 40.0  # recoveryd drains for up to 30 s after SIGTERM
+RECEIVER_ONLY = "receiver, no store"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -132,6 +133,17 @@ def naive_server(workdir: Path, store: Path, signing_key: str, issuer: str) -> I
                 "BENCH_NAIVE_ISSUER": issuer}  # fmt: skip
     command = _uvicorn("bench.naive:app", port)
     with _running("naive FastAPI", command, port, workdir, "/docs", settings) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def receiver_server(workdir: Path, signing_key: str, issuer: str) -> Iterator[Server]:
+    """bench.receiver_only (recoveryd's receiver, a store that keeps nothing) under the
+    same uvicorn."""
+    port = free_port()
+    settings = {"BENCH_RECEIVER_KEY": signing_key, "BENCH_RECEIVER_ISSUER": issuer}
+    command = _uvicorn("bench.receiver_only:app", port)
+    with _running(RECEIVER_ONLY, command, port, workdir, "/", settings) as server:
         yield server
 
 

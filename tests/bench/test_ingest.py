@@ -22,6 +22,11 @@ def test_ingest_prints_postgresql_next_to_sqlite(postgres_server: str) -> None:
     assert re.search(r"^naive FastAPI +[\d,]+ ", done.stdout, re.MULTILINE), done.stdout
     stored = '600 rows, 600 distinct dlqIds; 600 dlqIds were answered "accepted": OK'
     assert f"naive FastAPI store: {stored}" in done.stdout
+    # The ceiling: recoveryd's receiver with a store that keeps nothing, every answer
+    # checked "accepted" by the bench.
+    assert re.search(r"^receiver, no store +[\d,]+ ", done.stdout, re.MULTILINE), done.stdout
+    assert re.search(r"^ratio receiver, no store / bare uvicorn: \d+\.\d\d ", done.stdout,
+                     re.MULTILINE)  # fmt: skip
     for name in ("recoveryd serve", "recoveryd serve pg"):
         assert re.search(rf"^{name} +[\d,]+ ", done.stdout, re.MULTILINE), done.stdout
         assert re.search(rf"^ratio {name} / bare uvicorn: ", done.stdout, re.MULTILINE)
