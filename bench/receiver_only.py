@@ -6,19 +6,18 @@ answer), under the uvicorn settings of the bare app, but its store answers "acce
 once and keeps nothing. So its rate is the most that any store could give recoveryd on
 this machine, and the gap between it and the bare app is the receiver's own work. It
 stores nothing: a figure to compare, never a way to run recoveryd. Any other path
-answers 200, for the bench's readiness check. Configured by environment:
+answers as the bare app does, for the bench's readiness check. Configured by environment:
 BENCH_RECEIVER_KEY (the signing key), BENCH_RECEIVER_ISSUER.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from daemon.ingest.receiver import CallbackReceiver
+from bench.baselines import bare_app
+from daemon.ingest.receiver import CallbackReceiver, Receive, Scope, Send
 from daemon.ingest.signature import Verifier
 from daemon.logs import configure_logging
 from daemon.metrics import Metrics
@@ -42,15 +41,8 @@ _receiver = CallbackReceiver(
 )
 
 
-async def app(
-    scope: dict[str, Any],
-    receive: Callable[[], Awaitable[dict[str, Any]]],
-    send: Callable[[dict[str, Any]], Awaitable[None]],
-) -> None:
-    if scope["type"] != "http":  # no lifespan: uvicorn runs with --lifespan off
-        return
-    if scope["path"] == "/callbacks":
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "http" and scope["path"] == "/callbacks":
         await _receiver(scope, receive, send)
-        return
-    await send({"type": "http.response.start", "status": 200, "headers": []})
-    await send({"type": "http.response.body", "body": b"ok"})
+    else:  # the bench's readiness check
+        await bare_app(scope, receive, send)
