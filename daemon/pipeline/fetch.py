@@ -143,7 +143,10 @@ class Fetcher:
 
     async def _one_chunk(self) -> bool:
         """Lease, fetch, decide and settle one chunk; False when there was nothing to do."""
-        claimed = await self._store.claim(self._owner, self._chunk, self._lease, self._wall_clock())
+        # The bodies only when they may be decided from: 25 of a kilobyte or so a claim.
+        claimed = await self._store.claim(
+            self._owner, self._chunk, self._lease, self._wall_clock(), bodies=self._from_callbacks
+        )
         if not claimed:
             return False
         outcomes = await asyncio.gather(*(self._fetch(item) for item in claimed))

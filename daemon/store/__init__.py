@@ -95,8 +95,12 @@ class Store(Protocol):
         """How many callbacks wait to be fetched (state received)."""
         ...
 
-    async def claim(self, owner: str, limit: int, lease: float, now: float) -> list[Claimed]:
-        """Lease up to `limit` received dlqIds to `owner` for `lease` seconds."""
+    async def claim(
+        self, owner: str, limit: int, lease: float, now: float, *, bodies: bool = False
+    ) -> list[Claimed]:
+        """Lease up to `limit` received dlqIds to `owner` for `lease` seconds; with
+        `bodies`, each with its callback's body when its signature verified
+        (`Claimed.signed_callback`, for RECOVERYD_FETCH=needed)."""
         ...
 
     async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:

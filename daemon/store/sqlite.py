@@ -210,8 +210,10 @@ class SQLiteStore:
 
     # -- the pipeline's states (sqlite_pipeline.py has the statements) ---------------
 
-    async def claim(self, owner: str, limit: int, lease: float, now: float) -> list[Claimed]:
-        return await self._write(lambda c: pipeline.claim(c, owner, limit, lease, now))
+    async def claim(
+        self, owner: str, limit: int, lease: float, now: float, *, bodies: bool = False
+    ) -> list[Claimed]:
+        return await self._write(lambda c: pipeline.claim(c, owner, limit, lease, now, bodies))
 
     async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
         return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))

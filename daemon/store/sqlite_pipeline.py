@@ -124,10 +124,15 @@ def release_leases(connection: sqlite3.Connection) -> int:
 
 
 def claim(
-    connection: sqlite3.Connection, owner: str, limit: int, lease: float, now: float
+    connection: sqlite3.Connection,
+    owner: str,
+    limit: int,
+    lease: float,
+    now: float,
+    bodies: bool = False,
 ) -> list[Claimed]:
     """Lease up to `limit` received dlqIds that are free (no lease, or one that expired,
-    or a retry that is due), oldest first.
+    or a retry that is due), oldest first; with `bodies`, the signed callbacks' bodies.
 
     Two reads of the `claimable` index, the free rows and the due ones, each in order and
     limited: one `lease_until IS NULL OR lease_until <= now` would walk every received
@@ -143,8 +148,8 @@ def claim(
         f"  SELECT * FROM (SELECT rowid AS id, received_at {claimable} "
         "    AND lease_until <= :now ORDER BY received_at LIMIT :limit)"
         ") ORDER BY received_at LIMIT :limit) "
-        "RETURNING dlq_id, tries, CASE WHEN verified THEN body END",
-        {"owner": owner, "until": now + lease, "now": now, "limit": limit},
+        "RETURNING dlq_id, tries, CASE WHEN :bodies AND verified THEN body END",
+        {"owner": owner, "until": now + lease, "now": now, "limit": limit, "bodies": bodies},
     ).fetchall()
     return [Claimed(dlq_id, tries, signed) for dlq_id, tries, signed in rows]
 

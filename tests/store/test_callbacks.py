@@ -93,3 +93,22 @@ async def test_a_failing_metric_does_not_stop_the_writer(open_store: OpenStore) 
     async with open_store(observe_commit=broken) as store:
         assert await store.add_callback(_callback("d-1")) == "accepted"
         assert await store.add_callback(_callback("d-2")) == "accepted"
+
+
+async def test_a_claim_hands_over_signed_bodies_only_when_asked(open_store: OpenStore) -> None:
+    """`bodies=True` (RECOVERYD_FETCH=needed) gives each verified callback's body with its
+    lease, and none of an unverified one; without it (`always`) no body is read at all."""
+    async with open_store() as store:
+        await store.add_callback(Callback("signed", b"signed body", 1.0, verified=True))
+        await store.add_callback(Callback("unsigned", b"unsigned body", 2.0, verified=False))
+        plain = await store.claim("fetcher", 10, 60.0, now=10.0)
+        assert [(item.dlq_id, item.signed_callback) for item in plain] == [
+            ("signed", None),
+            ("unsigned", None),
+        ]
+        # The leases ran out: claimed again, this time with the bodies.
+        with_bodies = await store.claim("fetcher", 10, 60.0, now=100.0, bodies=True)
+        assert [(item.dlq_id, item.signed_callback) for item in with_bodies] == [
+            ("signed", b"signed body"),
+            ("unsigned", None),
+        ]

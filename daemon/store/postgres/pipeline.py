@@ -43,10 +43,10 @@ FOLD_LOCK = 0x7264636F756E7473
 
 
 async def claim(
-    connection: Connection, owner: str, limit: int, lease: float, now: float
+    connection: Connection, owner: str, limit: int, lease: float, now: float, bodies: bool = False
 ) -> list[Claimed]:
     """Lease up to `limit` received dlqIds that are free (no lease, or one that expired,
-    or a retry that is due), oldest first.
+    or a retry that is due), oldest first; with `bodies`, the signed callbacks' bodies.
 
     SKIP LOCKED: a row another replica's claim (or a settle) holds is passed over, not
     waited for, and the scan goes on to the next, so concurrent claimers take disjoint
@@ -64,9 +64,9 @@ async def claim(
         "  UPDATE callbacks SET lease_owner = %(owner)s, lease_until = %(until)s, "
         "  tries = tries + 1 FROM picked WHERE callbacks.dlq_id = picked.dlq_id "
         "  RETURNING callbacks.dlq_id, callbacks.tries, callbacks.received_at, "
-        "  CASE WHEN callbacks.verified THEN callbacks.body END AS signed"
+        "  CASE WHEN %(bodies)s AND callbacks.verified THEN callbacks.body END AS signed"
         ") SELECT dlq_id, tries, signed FROM claimed ORDER BY received_at, dlq_id",
-        {"owner": owner, "until": now + lease, "now": now, "limit": limit},
+        {"owner": owner, "until": now + lease, "now": now, "limit": limit, "bodies": bodies},
     )
     rows = await cursor.fetchall()
     return [Claimed(dlq_id, tries, _bytes(signed)) for dlq_id, tries, signed in rows]
