@@ -48,6 +48,7 @@ from daemon.upstream import (
     Overrides,
     ServiceClient,
     ServiceError,
+    refused,
     surely_not_carried_out,
 )
 
@@ -74,9 +75,11 @@ class _Answer:
 
 
 def _refused(call: dict[str, Any]) -> bool:
-    """Whether the recorded attempt was surely refused (a 4xx but 408): not carried out."""
+    """Whether the recorded attempt was surely refused, as `surely_not_carried_out` says
+    of its error: an error status the service answers without acting. (A 2xx recorded
+    with an error was a corrupt answer, which may have acted.)"""
     status = call.get("status")
-    return isinstance(status, int) and 400 <= status < 500 and status != 408
+    return isinstance(status, int) and status >= 400 and refused(status)
 
 
 @dataclass

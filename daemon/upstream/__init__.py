@@ -20,6 +20,7 @@ from daemon.upstream.errors import (
     TransportError,
     Unauthorized,
     is_transient,
+    refused,
     surely_not_carried_out,
 )
 from daemon.upstream.models import (
@@ -77,5 +78,6 @@ __all__ = [
     "Unauthorized",
     "WorkflowRun",
     "is_transient",
+    "refused",
     "surely_not_carried_out",
 ]

@@ -211,12 +211,18 @@ def from_httpx(
     return TransportError(f"client failure ({detail})", operation=operation)
 
 
+def refused(status: int) -> bool:
+    """Whether an error status says the service refused the call without acting on it:
+    any but a 5xx or a 408, which may come after the change was made."""
+    return status < 500 and status != 408
+
+
 def surely_not_carried_out(error: ServiceError) -> bool:
     """Whether the service certainly did not act on the failed call: it refused it (4xx
     but 408), or the request never left. A 5xx, a 408 or a lost or corrupt answer may
     come after the change was made."""
     if isinstance(error, ResponseError):
-        return not isinstance(error, ServerError | RequestTimeout)
+        return refused(error.status)
     if isinstance(error, InvalidRequest):
         return True
     return isinstance(error, TransportError) and not error.request_sent
