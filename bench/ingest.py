@@ -4,9 +4,9 @@ Five servers run as their own processes: `recoveryd serve` on a fresh SQLite sto
 bare ASGI app (bench.baselines) that reads the body and answers 200, under uvicorn with
 the settings of recoveryd's listener (one process, uvloop, httptools, no access log);
 the naive peer (bench.naive: FastAPI, PyJWT, one SQLite insert and commit per request
-with synchronous=FULL) under the same uvicorn; recoveryd's receiver with a store that
-keeps nothing (bench.receiver_only), under the same uvicorn, whose rate is the most any
-store could give recoveryd here; and a raw asyncio server that answers
+with synchronous=FULL) under the same uvicorn; recoveryd's public listener and receiver
+with a store that keeps nothing (bench.receiver_only), whose rate is the most any store
+could give recoveryd here; and a raw asyncio server that answers
 without parsing, against which the load generator (bench.loadgen, in this process)
 shows its own ceiling. All get the same load: the
 sample failure callback with a dlqId never sent before, signed just before its round,
@@ -296,8 +296,12 @@ def print_summary(
     most = summaries[receiver].rate / summaries[bare].rate
     print(
         f"ratio {receiver} / {bare}: {most:.2f}   the most any store could give "
-        "recoveryd here; the rest of the gap to the bare app is the receiver's own work"
+        "recoveryd here; the rest of the gap to the bare app is recoveryd's listener and receiver"
     )
+    if most < TARGET_RATIO:
+        print(
+            f"  under the target of {TARGET_RATIO} already: no store can reach it on this machine"
+        )
     headroom = summaries[ceiling].rate / summaries[bare].rate
     if headroom >= CEILING_MARGIN:
         judgement = "the load generator is not the bottleneck"

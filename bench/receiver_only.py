@@ -1,24 +1,32 @@
-"""recoveryd's receiver with a store that keeps nothing: bench.ingest's ceiling row.
+"""recoveryd's listener and receiver with a store that keeps nothing: bench.ingest's
+ceiling row.
 
 The CallbackReceiver that `recoveryd serve` runs on `/callbacks` (the token checked from
 the headers, the body read and its hash checked, the callback parsed, the metrics, the
-answer), under the uvicorn settings of the bare app, but its store answers "accepted" at
-once and keeps nothing. So its rate is the most that any store could give recoveryd on
-this machine, and the gap between it and the bare app is the receiver's own work. It
-stores nothing: a figure to compare, never a way to run recoveryd. Any other path
-answers as the bare app does, for the bench's readiness check. Configured by environment:
-BENCH_RECEIVER_KEY (the signing key), BENCH_RECEIVER_ISSUER.
+answer), behind the HTTP protocol of recoveryd's public listener (daemon.listener: its
+limits on header size, deadlines and connections, at their defaults) under uvicorn as
+`recoveryd serve` runs it, but its store answers "accepted" at once and keeps nothing.
+So its rate is the most that any store could give recoveryd on this machine, and the
+gap between it and the bare app is the work recoveryd does before it stores. It stores
+nothing: a figure to compare, never a way to run recoveryd. Any other path answers as
+the bare app does, for the bench's readiness check.
+
+Run: python -m bench.receiver_only --port P, with BENCH_RECEIVER_KEY (the signing key)
+and BENCH_RECEIVER_ISSUER in the environment.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 
+import uvicorn
 from prometheus_client import CollectorRegistry
 
 from bench.baselines import bare_app
 from daemon.ingest.receiver import CallbackReceiver, Receive, Scope, Send
 from daemon.ingest.signature import Verifier
+from daemon.listener import ListenerLimits, limited_protocol
 from daemon.logs import configure_logging
 from daemon.metrics import Metrics
 from daemon.store import Added, Callback
@@ -46,3 +54,22 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await _receiver(scope, receive, send)
     else:  # the bench's readiness check
         await bare_app(scope, receive, send)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    # As daemon.serving.serve_until_stopped configures the public listener; uvloop and
+    # httptools are what "auto" picks there, named here so a missing one fails loudly.
+    protocol = limited_protocol(ListenerLimits(), "public", lambda reason: None)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, loop="uvloop", http=protocol,
+        access_log=False, log_level="warning", lifespan="off",
+    )  # fmt: skip
+    uvicorn.Server(config).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -138,11 +138,10 @@ def naive_server(workdir: Path, store: Path, signing_key: str, issuer: str) -> I
 
 @contextlib.contextmanager
 def receiver_server(workdir: Path, signing_key: str, issuer: str) -> Iterator[Server]:
-    """bench.receiver_only (recoveryd's receiver, a store that keeps nothing) under the
-    same uvicorn."""
+    """bench.receiver_only: recoveryd's listener and receiver, a store that keeps nothing."""
     port = free_port()
     settings = {"BENCH_RECEIVER_KEY": signing_key, "BENCH_RECEIVER_ISSUER": issuer}
-    command = _uvicorn("bench.receiver_only:app", port)
+    command = [sys.executable, "-m", "bench.receiver_only", "--host", HOST, "--port", str(port)]
     with _running(RECEIVER_ONLY, command, port, workdir, "/", settings) as server:
         yield server
 
