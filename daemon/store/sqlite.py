@@ -575,15 +575,7 @@ class SQLiteStore:
         with _transaction(self._connection) as connection:
             for start in range(0, len(callbacks), ROWS_PER_STATEMENT):
                 chunk = callbacks[start : start + ROWS_PER_STATEMENT]
-                ids = [callback.dlq_id for callback in chunk]
-                marks = ", ".join("?" * len(chunk))
-                known = {
-                    dlq_id
-                    for (dlq_id,) in connection.execute(
-                        f"SELECT dlq_id FROM callbacks WHERE dlq_id IN ({marks})", ids
-                    )
-                }
-                known |= retention.pruned_among(connection, ids)
+                known = retention.known_among(connection, [callback.dlq_id for callback in chunk])
                 for callback in chunk:
                     fresh = callback.dlq_id not in known and callback.dlq_id not in new
                     if fresh:

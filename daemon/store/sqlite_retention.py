@@ -45,12 +45,18 @@ def dedup_key(dlq_id: str) -> int:
     return int.from_bytes(hashlib.sha256(dlq_id.encode()).digest()[:8], "big", signed=True)
 
 
-def pruned_among(connection: sqlite3.Connection, dlq_ids: Sequence[str]) -> set[str]:
-    """Those of `dlq_ids` whose record was pruned (up to 999 at a time)."""
+def known_among(connection: sqlite3.Connection, dlq_ids: Sequence[str]) -> set[str]:
+    """Those of `dlq_ids` that have a record or whose record was pruned (up to 499 at a
+    time). One statement for both: on the ingest path each statement hands the GIL to
+    the busy event loop and waits to get it back."""
     keys = {dedup_key(dlq_id): dlq_id for dlq_id in dlq_ids}
-    marks = ", ".join("?" * len(keys))
-    found = connection.execute(f"SELECT key FROM pruned WHERE key IN ({marks})", list(keys))
-    return {keys[key] for (key,) in found}
+    found = connection.execute(
+        f"SELECT dlq_id FROM callbacks WHERE dlq_id IN ({', '.join('?' * len(dlq_ids))}) "
+        f"UNION ALL SELECT key FROM pruned WHERE key IN ({', '.join('?' * len(keys))})",
+        [*dlq_ids, *keys],
+    )
+    # A record's dlqId is TEXT, a pruned key an INTEGER: the type says which table spoke.
+    return {value if isinstance(value, str) else keys[value] for (value,) in found}
 
 
 def prune_chunk(connection: sqlite3.Connection, *, before: float, until: float, chunk: int) -> int:

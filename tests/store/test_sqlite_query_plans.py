@@ -43,6 +43,8 @@ QUERIES: dict[str, Callable[[sqlite3.Connection], Any]] = {
     "redrive": lambda c: pipeline.redrive(c, ("failed",), "rule-a", NOW - 10, NOW, False),
     "sends": lambda c: pipeline.sends(c, ["d-1", "d-2"]),
     "record": lambda c: pipeline.record(c, "d-1"),
+    # Every batch of callbacks that comes in: which are known, kept or pruned.
+    "known_among": lambda c: retention.known_among(c, ["d-1", "new-1", "new-2"]),
 }
 
 
