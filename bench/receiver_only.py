@@ -4,12 +4,12 @@ ceiling row.
 The CallbackReceiver that `recoveryd serve` runs on `/callbacks` (the token checked from
 the headers, the body read and its hash checked, the callback parsed, the metrics, the
 answer), behind the HTTP protocol of recoveryd's public listener (daemon.listener: its
-limits on header size, deadlines and connections, at their defaults) under uvicorn as
-`recoveryd serve` runs it, but its store answers "accepted" at once and keeps nothing.
-So its rate is the most that any store could give recoveryd on this machine, and the
-gap between it and the bare app is the work recoveryd does before it stores. It stores
-nothing: a figure to compare, never a way to run recoveryd. Any other path answers as
-the bare app does, for the bench's readiness check.
+limits on header size, deadlines and connections, at their defaults), served by
+daemon.serving as `recoveryd serve` serves it, but its store answers "accepted" at once
+and keeps nothing. So its rate is the most that any store could give recoveryd on this
+machine, and the gap between it and the bare app is the work recoveryd does before it
+stores. It stores nothing: a figure to compare, never a way to run recoveryd. Any other
+path answers as the bare app does, for the bench's readiness check.
 
 Run: python -m bench.receiver_only --port P, with BENCH_RECEIVER_KEY (the signing key)
 and BENCH_RECEIVER_ISSUER in the environment.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 
-import uvicorn
+import uvloop
 from prometheus_client import CollectorRegistry
 
 from bench.baselines import bare_app
@@ -29,6 +29,7 @@ from daemon.ingest.signature import Verifier
 from daemon.listener import ListenerLimits, limited_protocol
 from daemon.logs import configure_logging
 from daemon.metrics import Metrics
+from daemon.serving import bind, serve_until_stopped
 from daemon.store import Added, Callback
 
 
@@ -61,14 +62,9 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    # As daemon.serving.serve_until_stopped configures the public listener; uvloop and
-    # httptools are what "auto" picks there, named here so a missing one fails loudly.
+    # Served as `recoveryd serve` serves its public listener, on uvloop as it runs.
     protocol = limited_protocol(ListenerLimits(), "public", lambda reason: None)
-    config = uvicorn.Config(
-        app, host=args.host, port=args.port, loop="uvloop", http=protocol,
-        access_log=False, log_level="warning", lifespan="off",
-    )  # fmt: skip
-    uvicorn.Server(config).run()
+    uvloop.run(serve_until_stopped([(app, bind(args.host, args.port), protocol)]))
 
 
 if __name__ == "__main__":
