@@ -18,12 +18,14 @@ and BENCH_RECEIVER_ISSUER in the environment.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 
 import uvloop
 from prometheus_client import CollectorRegistry
 
 from bench.baselines import bare_app
+from daemon.ingest.protocol import callback_protocol
 from daemon.ingest.receiver import CallbackReceiver, Receive, Scope, Send
 from daemon.ingest.signature import Verifier
 from daemon.listener import ListenerLimits, limited_protocol
@@ -34,8 +36,10 @@ from daemon.store import Added, Callback
 
 
 class _KeepsNothing:
-    async def add_callback(self, callback: Callback) -> Added:
-        return "accepted"
+    def add_callback(self, callback: Callback) -> asyncio.Future[Added]:
+        kept: asyncio.Future[Added] = asyncio.get_running_loop().create_future()
+        kept.set_result("accepted")
+        return kept
 
 
 configure_logging("json")  # as recoveryd serve logs: debug lines are dropped, not written
@@ -63,7 +67,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     # Served as `recoveryd serve` serves its public listener, on uvloop as it runs.
-    protocol = limited_protocol(ListenerLimits(), "public", lambda reason: None)
+    protocol = limited_protocol(
+        ListenerLimits(), "public", lambda reason: None, callback_protocol(_receiver)
+    )
     uvloop.run(serve_until_stopped([(app, bind(args.host, args.port), protocol)]))
 
 

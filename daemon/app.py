@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from daemon.account import CredentialsFileError, RotationTiming, Rotator, Saved
 from daemon.account import credentials_file as credentials_files
@@ -25,6 +26,7 @@ from daemon.admin import admin_app
 from daemon.descriptors import DescriptorWatch
 from daemon.endpoints.api import removal_routes
 from daemon.endpoints.remover import Remover
+from daemon.ingest.protocol import callback_protocol
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
 from daemon.leadership import Leadership
@@ -183,7 +185,9 @@ async def running(
                 rotator=rotator,
                 public=public_app(receiver, readiness, public_openapi(settings)),
                 admin=admin,
-                public_http=_limited("public", settings.listener_limits, metrics),
+                public_http=_limited(
+                    "public", settings.listener_limits, metrics, callback_protocol(receiver)
+                ),
                 admin_http=_limited("admin", settings.listener_limits, metrics),
             )
 
@@ -327,14 +331,19 @@ async def _notifying(
             yield notifier
 
 
-def _limited(listener: str, limits: ListenerLimits, metrics: Metrics) -> type[asyncio.Protocol]:
+def _limited(
+    listener: str,
+    limits: ListenerLimits,
+    metrics: Metrics,
+    route: type[HttpToolsProtocol] = HttpToolsProtocol,
+) -> type[asyncio.Protocol]:
     """The listener's HTTP protocol, its refusals counted by reason."""
     refusals = metrics.listener_refusals
 
     def refused(reason: str) -> None:
         refusals.labels(listener, reason).inc()
 
-    return limited_protocol(limits, listener, refused)
+    return limited_protocol(limits, listener, refused, route)
 
 
 def _breaker_watch(metrics: Metrics) -> Callable[[str, str], None]:

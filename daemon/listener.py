@@ -93,13 +93,18 @@ class _Throttle:
 
 
 def limited_protocol(
-    limits: ListenerLimits, listener: str, on_refusal: Callable[[str], None]
+    limits: ListenerLimits,
+    listener: str,
+    on_refusal: Callable[[str], None],
+    route: type[HttpToolsProtocol] = HttpToolsProtocol,
 ) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with `limits`, for one listener (its connections are
-    counted apart from the other listener's); `on_refusal(reason)` counts each refusal."""
+    counted apart from the other listener's); `on_refusal(reason)` counts each refusal.
+    `route`, a subclass of uvicorn's protocol that answers some requests itself
+    (ingest/protocol.py), runs under the limits."""
     protocol: type[HttpToolsProtocol] = type(
         "LimitedHttpToolsProtocol",
-        (_LimitedHttp,),
+        (_LimitedHttp, route),
         {
             "limits": limits,
             "listener": listener,

@@ -28,6 +28,7 @@ CallbackResult = Literal[
     "too_large",
     "unsupported_media_type",
     "unavailable",
+    "error",
 ]
 
 # Ingest answers in well under a millisecond unless the disk is slow; the upper buckets

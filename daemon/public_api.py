@@ -1,7 +1,8 @@
 """The public listener's OpenAPI document, served at `GET /openapi.json` (docs/api.md).
 
-Written out here rather than generated: `/callbacks` is a plain ASGI app (see
-ingest/receiver.py) and the probes are Starlette routes, so no framework knows their
+Written out here rather than generated: `/callbacks` is answered by the listener's
+protocol or a plain ASGI app (see ingest/protocol.py, ingest/receiver.py) and the probes
+are Starlette routes, so no framework knows their
 answers. tests/api checks the document against the running listener.
 """
 

@@ -1,19 +1,25 @@
 """`POST /callbacks` (PRODUCT.md §2): check a failure callback and store it before the 2xx.
 
-A plain ASGI app rather than a FastAPI route: this is the hot path when a bad hour
-downstream sends thousands of callbacks a second, and FastAPI's request parsing costs
-about four times the rest of the work. Checks run cheapest first, and nothing is parsed
-before the signature holds. The token is checked from the headers before the body is
-read: anyone can connect, and only the service's signed requests are worth buffering a
-body for. An answer given before the body was read closes the connection (the body need
-not be read either).
+The checks and the answers, apart from how the bytes come and go: the public listener's
+HTTP protocol calls `admit` when a request's headers are in and `finish` with its body
+(ingest/protocol.py), without ASGI, because this is the hot path when a bad hour
+downstream sends thousands of callbacks a second and an ASGI request cycle cost as much as
+all the checks together. The same steps also serve as a plain ASGI app, for the requests
+the protocol leaves to ASGI (a request pipelined behind another, `Expect: 100-continue`).
+
+Checks run cheapest first, and nothing is parsed before the signature holds. The token is
+checked from the headers before the body is read: anyone can connect, and only the
+service's signed requests are worth buffering a body for. An answer given before the body
+was read closes the connection (the body need not be read either).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any, NamedTuple
 
@@ -29,23 +35,28 @@ log = structlog.get_logger(__name__)
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
+Headers = Iterable[tuple[bytes, bytes]]
 
 
-class _ClientGone(Exception):
-    """The sender hung up before its body arrived: there is no one to answer."""
-
-
-class _Answer(NamedTuple):
+class Answer(NamedTuple):
     status: int
     result: CallbackResult
     body: bytes
     close: bool = False  # given before the body was read: the connection ends with it
 
 
-def _stored(result: Added, dlq_id: str) -> _Answer:
+@dataclass(slots=True)
+class Admitted:
+    """A request whose headers passed the checks: its body is worth reading."""
+
+    claims: dict[str, Any] | None  # the token's, or None when unsigned callbacks are taken
+    started: float  # perf_counter() when its headers were in
+
+
+def _stored(result: Added, dlq_id: str) -> Answer:
     # Built by hand: json.dumps of the whole dict was a tenth of the request's own time.
     body = b'{"status":"%s","dlqId":%s}' % (result.encode(), _json_string(dlq_id).encode())
-    return _Answer(200, result, body)
+    return Answer(200, result, body)
 
 
 def _error(
@@ -55,18 +66,18 @@ def _error(
     field: str | None = None,
     *,
     close: bool = False,
-) -> _Answer:
+) -> Answer:
     error = {"error": message} if field is None else {"error": message, "field": field}
-    return _Answer(status, result, json.dumps(error).encode(), close)
+    return Answer(status, result, json.dumps(error).encode(), close)
 
 
 class CallbackReceiver:
-    """The ASGI app behind `POST /callbacks`.
+    """What `POST /callbacks` answers, and the callbacks it stores.
 
     `verifier` is None only when the daemon runs unsigned (RECOVERYD_ALLOW_UNSIGNED with
     no keys); with keys and unsigned allowed, a callback without a signature is taken but
     one with a bad signature is still refused. `on_accepted` hears of each new dlqId once
-    it is stored.
+    it is stored. Each answer is counted in the metrics as it is made.
     """
 
     def __init__(
@@ -88,62 +99,120 @@ class CallbackReceiver:
         self._allow_unsigned = allow_unsigned
         self._signature_name = f"{header_prefix}-Signature"
         self._signature_header = self._signature_name.lower().encode("latin-1")
-        self._max_body_bytes = max_body_bytes
+        self.max_body_bytes = max_body_bytes
         self._wall_clock = wall_clock
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def admit(self, headers: Headers) -> Admitted | Answer:
+        """Check a request from its headers (lower-case names): Admitted if its body is
+        worth reading, else the answer, which closes the connection."""
         started = time.perf_counter()
-        if scope["method"] != "POST":
-            await _respond(send, 405, b'{"error":"use POST"}', allow=b"POST")
-            return
-        try:
-            answer = await self._answer(scope, receive)
-        except _ClientGone:
-            return
-        await _respond(send, answer.status, answer.body, close=answer.close)
-        self._metrics.callbacks[answer.result].inc()
-        self._metrics.callback_seconds.observe(time.perf_counter() - started)
-
-    async def _answer(self, scope: Scope, receive: Receive) -> _Answer:
-        length, content_type, signature = self._headers(scope)
-        if length is not None and length > self._max_body_bytes:
-            return self._too_large()
+        length, content_type, signature = self._headers(headers)
+        if length is not None and length > self.max_body_bytes:
+            return self._answered(self._too_large(), started)
         if not _is_json(content_type):
             message = "Content-Type must be application/json"
-            return _error(415, "unsupported_media_type", message, close=True)
+            return self._answered(
+                _error(415, "unsupported_media_type", message, close=True), started
+            )
         claims, refused = self._check_token(signature)
         if refused is not None:
-            return refused
-        body = await _read_body(receive, self._max_body_bytes)
-        if body is None:
-            return self._too_large()
-        if claims is not None:
+            return self._answered(refused, started)
+        return Admitted(claims, started)
+
+    def too_large(self, admitted: Admitted) -> Answer:
+        """The answer to a body that grew past max_body_bytes as it came: the rest is
+        never read, so the connection closes."""
+        return self._answered(self._too_large(), admitted.started)
+
+    def finish(self, admitted: Admitted, body: bytes, reply: Callable[[Answer], None]) -> None:
+        """Check `body` and store the callback; `reply` gets the answer, exactly once: at
+        once when it is refused, or when the store has the callback on disk."""
+        if admitted.claims is not None:
             try:
-                check_body(claims, body)
+                check_body(admitted.claims, body)
             except SignatureError as exc:
-                return self._bad_signature(exc, close=False)
+                reply(self._answered(self._bad_signature(exc, close=False), admitted.started))
+                return
         try:
             callback = parse_callback(body)
         except CallbackError as exc:
             log.info("callback refused", reason=str(exc), field=exc.field)
-            return _error(400, "invalid", str(exc), exc.field)
+            reply(self._answered(_error(400, "invalid", str(exc), exc.field), admitted.started))
+            return
+        dlq_id = callback.dlq_id
         try:
-            added = await self._store.add_callback(
-                Callback(callback.dlq_id, body, self._wall_clock(), verified=claims is not None)
+            stored = self._store.add_callback(
+                Callback(dlq_id, body, self._wall_clock(), verified=admitted.claims is not None)
             )
-        except StoreUnavailable as exc:
-            log.warning("callback not stored", dlq_id=callback.dlq_id, reason=str(exc))
-            return _error(503, "unavailable", f"cannot store the callback now: {exc}")
-        log.debug("callback stored", dlq_id=callback.dlq_id, result=added)
-        if added == "accepted":
-            self._on_accepted(callback.dlq_id)
-        return _stored(added, callback.dlq_id)
+        except Exception as exc:  # every request is answered, whatever went wrong
+            reply(self._answered(self._not_stored(dlq_id, exc), admitted.started))
+            return
+        # A callback on the future, not a task awaiting it: one object less per request.
+        stored.add_done_callback(lambda done: self._reply_stored(done, dlq_id, admitted, reply))
 
-    def _headers(self, scope: Scope) -> tuple[int | None, bytes, bytes | None]:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The same steps as an ASGI app."""
+        if scope["method"] != "POST":
+            await _respond(send, 405, b'{"error":"use POST"}', allow=b"POST")
+            return
+        admitted = self.admit(scope["headers"])
+        if isinstance(admitted, Answer):
+            await _respond(send, admitted.status, admitted.body, close=admitted.close)
+            return
+        try:
+            body = await _read_body(receive, self.max_body_bytes)
+        except _ClientGone:
+            return
+        if body is None:
+            answer = self.too_large(admitted)
+        else:
+            answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+            self.finish(admitted, body, answered.set_result)
+            answer = await answered
+        await _respond(send, answer.status, answer.body, close=answer.close)
+
+    def _reply_stored(
+        self,
+        stored: asyncio.Future[Added],
+        dlq_id: str,
+        admitted: Admitted,
+        reply: Callable[[Answer], None],
+    ) -> None:
+        try:
+            answer = self._outcome(stored, dlq_id)
+        except Exception as exc:  # a defect after the commit: still an answer, never silence
+            answer = self._not_stored(dlq_id, exc)
+        reply(self._answered(answer, admitted.started))
+
+    def _outcome(self, stored: asyncio.Future[Added], dlq_id: str) -> Answer:
+        if stored.cancelled():
+            return self._not_stored(dlq_id, StoreUnavailable("the store is shutting down"))
+        if (error := stored.exception()) is not None:
+            return self._not_stored(dlq_id, error)
+        added = stored.result()
+        log.debug("callback stored", dlq_id=dlq_id, result=added)
+        if added == "accepted":
+            self._on_accepted(dlq_id)
+        return _stored(added, dlq_id)
+
+    def _not_stored(self, dlq_id: str, exc: BaseException) -> Answer:
+        if isinstance(exc, StoreUnavailable):
+            log.warning("callback not stored", dlq_id=dlq_id, reason=str(exc))
+            return _error(503, "unavailable", f"cannot store the callback now: {exc}")
+        # A defect: said loudly with its traceback; the service retries the callback.
+        log.error("callback not stored", dlq_id=dlq_id, exc_info=exc)
+        return _error(500, "error", "recoveryd failed to store the callback", close=True)
+
+    def _answered(self, answer: Answer, started: float) -> Answer:
+        self._metrics.callbacks[answer.result].inc()
+        self._metrics.callback_seconds.observe(time.perf_counter() - started)
+        return answer
+
+    def _headers(self, headers: Headers) -> tuple[int | None, bytes, bytes | None]:
         length: int | None = None
         content_type = b""
         signature: bytes | None = None
-        for name, value in scope["headers"]:
+        for name, value in headers:
             if name == b"content-length":
                 # A length too long to be real is left for the read to refuse.
                 length = int(value) if value.isdigit() and len(value) < 19 else None
@@ -153,7 +222,7 @@ class CallbackReceiver:
                 signature = value
         return length, content_type, signature
 
-    def _check_token(self, signature: bytes | None) -> tuple[dict[str, Any] | None, _Answer | None]:
+    def _check_token(self, signature: bytes | None) -> tuple[dict[str, Any] | None, Answer | None]:
         """The token's claims (None when there is nothing to check), or the refusal."""
         if signature is None:
             if self._allow_unsigned:
@@ -167,15 +236,19 @@ class CallbackReceiver:
         except SignatureError as exc:
             return None, self._bad_signature(exc, close=True)
 
-    def _bad_signature(self, exc: SignatureError, *, close: bool) -> _Answer:
+    def _bad_signature(self, exc: SignatureError, *, close: bool) -> Answer:
         log.info("callback signature refused", reason=str(exc))
         message = f"bad {self._signature_name}: {exc}"
         return _error(401, "unauthorized", message, close=close)
 
-    def _too_large(self) -> _Answer:
+    def _too_large(self) -> Answer:
         # Refused from its Content-Length, or part way through: the rest is never read.
-        limit = self._max_body_bytes
+        limit = self.max_body_bytes
         return _error(413, "too_large", f"the body is over the limit of {limit} bytes", close=True)
+
+
+class _ClientGone(Exception):
+    """The sender hung up before its body arrived: there is no one to answer."""
 
 
 def _is_json(content_type: bytes) -> bool:

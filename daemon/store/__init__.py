@@ -6,6 +6,7 @@ same interface so that several replicas can share one database.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -81,10 +82,11 @@ class Store(Protocol):
     # Whether several replicas may share the store (PostgreSQL), or one daemon has it.
     shared: bool
 
-    async def add_callback(self, callback: Callback) -> Added:
+    def add_callback(self, callback: Callback) -> asyncio.Future[Added]:
         """Store `callback` durably, or say it is a duplicate by dlqId (a pruned one
-        included); StoreUnavailable if it cannot, or while `problems()` names any.
-        Returns only once the outcome is on disk."""
+        included): the future has the outcome once it is on disk. StoreUnavailable, at
+        once or from the future, if it cannot, or while `problems()` names any. A future,
+        not a coroutine: the receiver waits on it with a callback, without a task."""
         ...
 
     async def get_callback(self, dlq_id: str) -> Callback | None:

@@ -63,8 +63,9 @@ class GroupCommit:
             log.error("the store's last commit did not finish; stopping without it")
         return bool(done)
 
-    async def add(self, callback: Callback) -> Added:
-        """Wait for `callback`'s commit; StoreUnavailable when it cannot be had now."""
+    def add(self, callback: Callback) -> asyncio.Future[Added]:
+        """`callback`'s outcome once it is committed; StoreUnavailable at once when it
+        cannot be had now."""
         if self.closing:  # also set when the writer has ended, however it ended
             raise StoreUnavailable("the store is shutting down")
         if len(self._pending) >= self._max_pending:
@@ -74,7 +75,7 @@ class GroupCommit:
         outcome: asyncio.Future[Added] = asyncio.get_running_loop().create_future()
         self._pending.append((callback, outcome))
         self._wakeup.set()
-        return await outcome
+        return outcome
 
     async def _write_loop(self) -> None:
         # Whatever arrived while a commit was being flushed is the next batch.

@@ -168,11 +168,11 @@ class SQLiteStore:
                 await loop.run_in_executor(executor, connection.close)
             executor.shutdown(wait=False)
 
-    async def add_callback(self, callback: Callback) -> Added:
+    def add_callback(self, callback: Callback) -> asyncio.Future[Added]:
         if not self._callbacks.closing and (problems := self._health.problems()):
             # Refused, not queued: the commit would fail or land in a file that is gone.
             raise StoreUnavailable("; ".join(problems))
-        return await self._callbacks.add(callback)
+        return self._callbacks.add(callback)
 
     async def get_callback(self, dlq_id: str) -> Callback | None:
         row = await self._run(

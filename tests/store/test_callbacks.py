@@ -55,7 +55,7 @@ async def test_concurrent_callbacks_share_commits(open_store: OpenStore) -> None
 async def test_callbacks_waiting_at_close_are_committed(open_store: OpenStore) -> None:
     """Shutting down does not drop callbacks whose commit has not run yet."""
     async with open_store() as store:
-        waiting = [asyncio.create_task(store.add_callback(_callback(f"d-{i}"))) for i in range(5)]
+        waiting = [asyncio.ensure_future(store.add_callback(_callback(f"d-{i}"))) for i in range(5)]
         await asyncio.sleep(0)  # each task has queued its callback
     assert [await task for task in waiting] == ["accepted"] * 5
     assert open_store.query("SELECT count(*) FROM callbacks") == [(5,)]

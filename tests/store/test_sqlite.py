@@ -57,9 +57,9 @@ async def test_too_many_waiting_callbacks_are_refused_not_queued(tmp_path: Path)
     async with SQLiteStore.open(tmp_path / "s.db", **options) as store:
         blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
-        committing = asyncio.create_task(store.add_callback(_callback("d-0")))
+        committing = asyncio.ensure_future(store.add_callback(_callback("d-0")))
         await asyncio.sleep(0.05)  # the writer has taken d-0 and waits for the lock
-        waiting = [asyncio.create_task(store.add_callback(_callback(f"d-{i}"))) for i in (1, 2)]
+        waiting = [asyncio.ensure_future(store.add_callback(_callback(f"d-{i}"))) for i in (1, 2)]
         await asyncio.sleep(0)
         with pytest.raises(StoreUnavailable, match="behind"):
             await store.add_callback(_callback("d-3"))

@@ -150,12 +150,12 @@ class PostgresStore:
             await store._callbacks.close()
             await pool.close()
 
-    async def add_callback(self, callback: Callback) -> Added:
+    def add_callback(self, callback: Callback) -> asyncio.Future[Added]:
         if self._problem is not None and not self._callbacks.closing:
             # Refused at once while the server is away, not queued to time out: the
             # service retries; the health timer clears the problem once it is back.
             raise StoreUnavailable(self._problem)
-        return await self._callbacks.add(callback)
+        return self._callbacks.add(callback)
 
     async def get_callback(self, dlq_id: str) -> Callback | None:
         async def read(connection: Connection) -> tuple[Any, ...] | None:
