@@ -76,6 +76,16 @@ def callback_protocol(receiver: CallbackReceiver) -> type[HttpToolsProtocol]:
 
 class _CallbackRoute(HttpToolsProtocol):
     receiver: ClassVar[CallbackReceiver]
+    # The message being parsed, when this protocol answers it. Not `self.cycle`: a
+    # request uvicorn makes no cycle for (an upgrade) leaves the previous one there.
+    _direct: _Cycle | None = None
+
+    def on_message_begin(self) -> None:
+        # An answer given during the previous read (a refusal, at once) armed the
+        # keep-alive timer, which only the next read stops: this request is not idle time.
+        self._unset_keepalive_if_required()
+        self._direct = None
+        super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         if not self._is_direct():
@@ -83,7 +93,7 @@ class _CallbackRoute(HttpToolsProtocol):
             return
         parser = self.parser
         cycle = _Cycle(keep_alive=parser.get_http_version() != "1.0" and parser.should_keep_alive())
-        self.cycle = cycle  # type: ignore[assignment]  # see _Cycle
+        self.cycle = self._direct = cycle  # type: ignore[assignment]  # see _Cycle
         admitted = self.receiver.admit(self.headers)
         if isinstance(admitted, Answer):
             self._answer(cycle, admitted)
@@ -103,8 +113,8 @@ class _CallbackRoute(HttpToolsProtocol):
         )
 
     def on_body(self, body: bytes) -> None:
-        cycle = self.cycle
-        if not isinstance(cycle, _Cycle):
+        cycle = self._direct
+        if cycle is None:
             super().on_body(body)
             return
         if cycle.admitted is None or cycle.response_started:
@@ -116,8 +126,8 @@ class _CallbackRoute(HttpToolsProtocol):
         cycle.chunks.append(body)
 
     def on_message_complete(self) -> None:
-        cycle = self.cycle
-        if not isinstance(cycle, _Cycle):
+        cycle = self._direct
+        if cycle is None:
             super().on_message_complete()
             return
         cycle.more_body = False

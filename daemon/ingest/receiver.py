@@ -167,7 +167,12 @@ class CallbackReceiver:
             answer = self.too_large(admitted)
         else:
             answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-            self.finish(admitted, body, answered.set_result)
+
+            def reply(answer: Answer) -> None:
+                if not answered.done():  # cancelled: uvicorn gave up on it at shutdown
+                    answered.set_result(answer)
+
+            self.finish(admitted, body, reply)
             answer = await answered
         await _respond(send, answer.status, answer.body, close=answer.close)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from tests.support import PUBLIC_URL, SIGNING_KEY_CURRENT, callback_json, signed
 __all__ = ["served"]  # the fixture, shared with the listener's tests
 
 _HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: recoveryd\r\n\r\n"
+_STATUS_LINE = re.compile(rb"HTTP/1\.1 \d{3} [^\r]*")
 
 
 def _stored(tmp_path: Path) -> set[str]:
@@ -181,9 +183,26 @@ class _Receiving:
     asgi_requests: list[str]  # the paths of the requests that reached the ASGI app
 
 
+class _SlowStore:
+    """A store whose every commit takes `seconds`: keeps nothing but the dlqIds."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self.added: list[str] = []
+
+    def add_callback(self, callback: Callback) -> asyncio.Future[Added]:
+        self.added.append(callback.dlq_id)
+        committed: asyncio.Future[Added] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(self._seconds, committed.set_result, "accepted")
+        return committed
+
+
 @contextlib.asynccontextmanager
-async def _receiving(store: object) -> AsyncIterator[_Receiving]:
-    """`store` behind a receiver and the protocol, in this process."""
+async def _receiving(
+    store: object, limits: ListenerLimits | None = None
+) -> AsyncIterator[_Receiving]:
+    """`store` behind a receiver and the protocol (`limits`, else the defaults), in
+    this process."""
     metrics = Metrics(CollectorRegistry())
     receiver = CallbackReceiver(
         store=store,  # type: ignore[arg-type]  # add_callback is all the receiver uses
@@ -194,7 +213,7 @@ async def _receiving(store: object) -> AsyncIterator[_Receiving]:
         max_body_bytes=1024 * 1024,
     )
     protocol = limited_protocol(
-        ListenerLimits(), "public", lambda _: None, callback_protocol(receiver)
+        limits or ListenerLimits(), "public", lambda _: None, callback_protocol(receiver)
     )
 
     asgi_requests: list[str] = []
@@ -203,6 +222,8 @@ async def _receiving(store: object) -> AsyncIterator[_Receiving]:
         if scope["type"] == "http":
             asgi_requests.append(scope["path"])
             await receiver(scope, receive, send)
+        elif scope["type"] == "websocket":  # refused: 403
+            await send({"type": "websocket.close"})
         elif (await receive())["type"] == "lifespan.startup":  # serve() runs the lifespan
             await send({"type": "lifespan.startup.complete"})
             await receive()
@@ -255,3 +276,48 @@ async def test_a_defect_in_the_store_is_a_500_and_the_connection_closes() -> Non
         assert response.json() == {"error": "recoveryd failed to store the callback"}
         assert response.headers["connection"] == "close"
         assert metrics.callbacks["error"]._value.get() == 1
+
+
+async def _raw_answers(url: str, data: bytes, count: int) -> list[bytes]:
+    """The status lines of the answers to `data`, sent in one write, once `count` have
+    come or the connection has closed or gone quiet for 5 s."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(data)
+    received = b""
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        while len(_STATUS_LINE.findall(received)) < count and (
+            chunk := await asyncio.wait_for(reader.read(65536), 5)
+        ):
+            received += chunk
+    writer.close()
+    return _STATUS_LINE.findall(received)
+
+
+_UPGRADE = (
+    b"GET /ws HTTP/1.1\r\nHost: recoveryd\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+    b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+)
+
+
+async def test_an_upgrade_pipelined_behind_a_callback_leaves_its_answer_alone() -> None:
+    """An upgrade request makes no request cycle in uvicorn: its end must not be taken
+    for the end of the callback before it (which was then answered again, 401). The
+    callback is stored and counted once, accepted."""
+    store = _SlowStore(0.3)
+    async with _receiving(store) as receiving:
+        lines = await _raw_answers(receiving.url, _callback_request("d-ws") + _UPGRADE, 2)
+        await asyncio.sleep(0.5)
+    assert b"HTTP/1.1 401 Unauthorized" not in lines
+    assert store.added == ["d-ws"]
+    counted = {result: child._value.get() for result, child in receiving.metrics.callbacks.items()}
+    assert counted == {result: float(result == "accepted") for result in counted}
+
+
+async def test_a_callback_after_a_refusal_in_the_same_read_is_not_cut_off_as_idle() -> None:
+    """A refusal answered at once, then a callback whose commit outlasts the keep-alive
+    timeout, in one write: the callback is answered, not closed on as an idle connection."""
+    async with _receiving(_SlowStore(1.5), ListenerLimits(keepalive_timeout=1)) as receiving:
+        data = _invalid_request("d-refused") + _callback_request("d-slow")
+        lines = await _raw_answers(receiving.url, data, 2)
+    assert lines == [b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 200 OK"]
