@@ -46,8 +46,8 @@ from daemon.store.removals import Removal, RemovalResult
 from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
 
 T = TypeVar("T")
-# At most 4 parameters a row: 996 stays under the 999 that SQLite before 3.32 allows.
-ROWS_PER_STATEMENT = 249
+# At most 5 parameters a row: 995 stays under the 999 that SQLite before 3.32 allows.
+ROWS_PER_STATEMENT = 199
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 CACHE_KIB = 64 * 1024  # the pages of the indexes that ingest and claims walk stay in memory
 log = structlog.get_logger(__name__)
@@ -563,38 +563,69 @@ class SQLiteStore:
             self._health.wrote()
 
     def _insert(self, callbacks: list[Callback]) -> list[Added]:
-        """One transaction for the whole batch (runs on the store's thread).
+        """Commit a batch (runs on the store's thread); for each callback, whether it
+        was new. A dlqId pruned by retention is a duplicate too, and so is one repeated
+        within the batch.
 
-        A few statements per batch, not one per row: each SQLite step releases and
-        retakes the GIL, and every retake waits on the busy event loop. Duplicates are
-        found with one SELECT inside the write transaction, so no other writer can slip
-        in between it and the INSERT; a dlqId pruned by retention is a duplicate too.
+        As few SQLite calls as can be: each releases the GIL and must take it back from
+        the busy event loop. So a batch is one INSERT, committed by SQLite within its one
+        step (autocommit; synchronous=FULL): ON CONFLICT skips the dlqIds with a record,
+        NOT EXISTS the pruned ones. Only a batch too large for one statement takes an
+        explicit transaction around several.
         """
+        first: dict[str, Callback] = {}
+        for callback in callbacks:
+            first.setdefault(callback.dlq_id, callback)
+        rows = list(first.values())
+        connection = self._connection
+        self._health.ensure_files()  # the files are still those opened, or nothing is written
+        if len(rows) <= ROWS_PER_STATEMENT:
+            inserted = insert_new_callbacks(connection, rows)
+        else:
+            inserted = set()
+            with _transaction(connection):
+                for start in range(0, len(rows), ROWS_PER_STATEMENT):
+                    inserted |= insert_new_callbacks(
+                        connection, rows[start : start + ROWS_PER_STATEMENT]
+                    )
         outcomes: list[Added] = []
-        new: dict[str, Callback] = {}
-        with _transaction(self._connection) as connection:
-            for start in range(0, len(callbacks), ROWS_PER_STATEMENT):
-                chunk = callbacks[start : start + ROWS_PER_STATEMENT]
-                known = retention.known_among(connection, [callback.dlq_id for callback in chunk])
-                for callback in chunk:
-                    fresh = callback.dlq_id not in known and callback.dlq_id not in new
-                    if fresh:
-                        new[callback.dlq_id] = callback
-                    outcomes.append("accepted" if fresh else "duplicate")
-            rows = list(new.values())
-            for start in range(0, len(rows), ROWS_PER_STATEMENT):
-                chunk = rows[start : start + ROWS_PER_STATEMENT]
-                values = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
-                connection.execute(
-                    f"INSERT INTO callbacks (dlq_id, body, received_at, verified) VALUES {values}",
-                    [
-                        field
-                        for row in chunk
-                        for field in (row.dlq_id, row.body, row.received_at, row.verified)
-                    ],
-                )
-            self._health.ensure_files()  # last, right before the COMMIT
+        for callback in callbacks:
+            fresh = callback.dlq_id in inserted and first[callback.dlq_id] is callback
+            outcomes.append("accepted" if fresh else "duplicate")
         return outcomes
+
+
+def insert_new_callbacks(connection: sqlite3.Connection, rows: Sequence[Callback]) -> set[str]:
+    """Insert those of `rows` (distinct dlqIds) that have no record and were not pruned;
+    their dlqIds."""
+    values = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
+    cursor = connection.execute(
+        "INSERT INTO callbacks (dlq_id, body, received_at, verified) "
+        f"SELECT column1, column2, column3, column4 FROM (VALUES {values}) AS new "
+        "WHERE NOT EXISTS (SELECT 1 FROM pruned WHERE key = new.column5) "
+        "ON CONFLICT (dlq_id) DO NOTHING",
+        [
+            field
+            for row in rows
+            for field in (
+                row.dlq_id, row.body, row.received_at, row.verified, retention.dedup_key(row.dlq_id)
+            )
+        ],
+    )  # fmt: skip
+    if cursor.rowcount == len(rows):  # the usual case: all were new
+        return {row.dlq_id for row in rows}
+    if cursor.rowcount == 0:
+        return set()
+    # Some were not: the statement's rows are the last it inserted. A rowid table without
+    # AUTOINCREMENT gives each new row the largest rowid plus one, so they are consecutive.
+    last: int = cursor.lastrowid  # type: ignore[assignment]  # set: rows went in
+    return {
+        dlq_id
+        for (dlq_id,) in connection.execute(
+            "SELECT dlq_id FROM callbacks WHERE rowid > ? AND rowid <= ?",
+            (last - cursor.rowcount, last),
+        )
+    }
 
 
 @contextlib.contextmanager

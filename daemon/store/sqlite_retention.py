@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from daemon.store import sqlite_lineage as lineage
 from daemon.store import sqlite_notify as notify
@@ -43,20 +43,6 @@ _FINAL = ", ".join(f"'{state}'" for state in sorted(FINAL))  # literals: the ind
 def dedup_key(dlq_id: str) -> int:
     """The pruned dlqId's key: sha256's first 8 bytes as a signed 64-bit integer."""
     return int.from_bytes(hashlib.sha256(dlq_id.encode()).digest()[:8], "big", signed=True)
-
-
-def known_among(connection: sqlite3.Connection, dlq_ids: Sequence[str]) -> set[str]:
-    """Those of `dlq_ids` that have a record or whose record was pruned (up to 499 at a
-    time). One statement for both: on the ingest path each statement hands the GIL to
-    the busy event loop and waits to get it back."""
-    keys = {dedup_key(dlq_id): dlq_id for dlq_id in dlq_ids}
-    found = connection.execute(
-        f"SELECT dlq_id FROM callbacks WHERE dlq_id IN ({', '.join('?' * len(dlq_ids))}) "
-        f"UNION ALL SELECT key FROM pruned WHERE key IN ({', '.join('?' * len(keys))})",
-        [*dlq_ids, *keys],
-    )
-    # A record's dlqId is TEXT, a pruned key an INTEGER: the type says which table spoke.
-    return {value if isinstance(value, str) else keys[value] for (value,) in found}
 
 
 def prune_chunk(connection: sqlite3.Connection, *, before: float, until: float, chunk: int) -> int:

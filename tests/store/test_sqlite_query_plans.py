@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
+from daemon.store import Callback
 from daemon.store import sqlite_pipeline as pipeline
 from daemon.store import sqlite_retention as retention
 from daemon.store.records import Budget, Outcome
-from daemon.store.sqlite import SQLiteStore
+from daemon.store.sqlite import SQLiteStore, insert_new_callbacks
 from tests.store.support import OWNER, batched, done, received, settled
 
 NOW = 2_000.0
@@ -43,8 +44,11 @@ QUERIES: dict[str, Callable[[sqlite3.Connection], Any]] = {
     "redrive": lambda c: pipeline.redrive(c, ("failed",), "rule-a", NOW - 10, NOW, False),
     "sends": lambda c: pipeline.sends(c, ["d-1", "d-2"]),
     "record": lambda c: pipeline.record(c, "d-1"),
-    # Every batch of callbacks that comes in: which are known, kept or pruned.
-    "known_among": lambda c: retention.known_among(c, ["d-1", "new-1", "new-2"]),
+    # Every batch of callbacks that comes in, one of them known: the rows it inserted
+    # are read back.
+    "insert_new_callbacks": lambda c: insert_new_callbacks(
+        c, [Callback(dlq_id, b"{}", NOW) for dlq_id in ("d-1", "new-1", "new-2")]
+    ),
 }
 
 
