@@ -22,8 +22,11 @@ and each store must end up holding exactly the dlqIds it accepted, or the run fa
 with status 1.
 Targets: recoveryd/bare >= 0.4, and recoveryd faster than the naive peer. `--profile`
 samples recoveryd with py-spy during one extra round and prints its heaviest functions.
+`--against REVISION` also runs recoveryd as it was at a git revision (a worktree of it,
+on SQLite) in the same rounds, and prints this tree's rate over it: a change measured
+against what it changed, on the same noisy machine at the same moments.
 Run: python -m bench.ingest [--requests N] [--connections N] [--rounds N] [--profile]
-                            [--store sqlite,postgres]
+                            [--store sqlite,postgres] [--against REVISION]
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from bench.servers import (
     Server,
     ServerError,
     bare_server,
+    checkout,
     log_tail,
     naive_server,
     raw_server,
@@ -85,6 +89,7 @@ class Options:
     warmup: int
     profile: bool
     stores: tuple[str, ...] = ("sqlite", "postgres")
+    against: str | None = None  # a git revision whose recoveryd runs in the same rounds
 
 
 @dataclass(frozen=True)
@@ -418,6 +423,10 @@ def run(options: Options) -> None:
         recoveryds, postgres = start_recoveryds(up, workdir, options.stores)
         if not recoveryds:
             raise BenchmarkError("no store to measure recoveryd on")
+        against = None
+        if options.against is not None:
+            against = start_against(up, workdir, options.against)
+            recoveryds.append(against)
         bench = Bench(callbacks, options.connections)
         targets = [Target(raw), Target(bare), Target(naive, stores=True)]
         targets += [Target(receiver, accepts=True)]
@@ -426,7 +435,7 @@ def run(options: Options) -> None:
         postgres_cpu = postgres.cpu_seconds() if postgres else 0.0
         rounds = measure(bench, targets, options)
         summaries = {name: Summary.of(results) for name, results in rounds.items()}
-        names = [stored.server.name for stored in recoveryds]
+        names = [stored.server.name for stored in recoveryds if stored is not against]
         print_summary(
             summaries,
             ceiling=raw.name,
@@ -435,6 +444,11 @@ def run(options: Options) -> None:
             receiver=receiver.name,
             recoveryd=names,
         )
+        if against is not None:
+            this, other = recoveryds[0].server.name, against.server.name
+            change = summaries[this].rate / summaries[other].rate
+            print(f"ratio {this} / {other}: {change:.2f}   this tree against "
+                  f"{options.against}, in the same rounds")  # fmt: skip
         if postgres is not None:
             seconds = sum(result.seconds for result in rounds["recoveryd serve pg"])
             busy = (postgres.cpu_seconds() - postgres_cpu) / seconds
@@ -479,6 +493,16 @@ def start_recoveryds(
     return recoveryds, postgres
 
 
+def start_against(up: contextlib.ExitStack, workdir: Path, revision: str) -> Stored:
+    """`recoveryd serve` as it was at `revision`, on a SQLite store of its own, stopped
+    with `up`."""
+    tree = up.enter_context(checkout(revision, workdir))
+    store = workdir / "against.db"
+    name = f"recoveryd @{revision[:10]}"
+    server = up.enter_context(recoveryd_server(workdir, store, SIGNING_KEY, name=name, repo=tree))
+    return Stored(server, lambda: stored_dlq_ids(store))
+
+
 def print_postgres(server: PostgresServer) -> None:
     shown = ", ".join(f"{name}={value}" for name, value in server.settings.items())
     print(f"PostgreSQL {server.version} on loopback for recoveryd serve pg: {shown}\n")
@@ -512,11 +536,22 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument(
         "--store", default="sqlite,postgres", help="the stores recoveryd runs on, comma-separated"
     )
+    parser.add_argument(
+        "--against",
+        metavar="REVISION",
+        help="also run recoveryd as it was at this git revision (on SQLite), in the same "
+        "rounds, and print this tree's rate over it",
+    )
     args = parser.parse_args(argv)
     stores = tuple(dict.fromkeys(name.strip() for name in args.store.split(",") if name.strip()))
     if not stores or not set(stores) <= {"sqlite", "postgres"}:
         parser.error(f"--store: sqlite, postgres or both; got {args.store!r}")
-    return Options(args.requests, args.connections, args.rounds, args.warmup, args.profile, stores)
+    if args.against is not None and stores[0] != "sqlite":
+        parser.error("--against compares on SQLite: list sqlite first in --store")
+    return Options(
+        args.requests, args.connections, args.rounds, args.warmup, args.profile, stores,
+        args.against,
+    )  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

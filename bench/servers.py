@@ -157,10 +157,12 @@ def recoveryd_server(
     rules: Path = Path(__file__).parent.parent / "rules.yaml",
     token: str = "tok_bench",
     more_settings: Mapping[str, str] | None = None,
+    repo: Path = REPO,
 ) -> Iterator[Server]:
     """`recoveryd serve` as shipped on a SQLite store at `store` (or the store a URL
     names: RECOVERYD_STORE), checking signatures with `signing_key`, plus `more_settings`
-    (RECOVERYD_* variables), called `name` in reports and its log's name. By default nothing
+    (RECOVERYD_* variables), called `name` in reports and its log's name, run from the
+    source tree `repo` (this one by default; see `checkout`). By default nothing
     answers at `service_url`: each accepted callback's fetch fails and backs off in the
     background, off the ingest path that is measured."""
     port, admin_port = free_port(), free_port()
@@ -175,8 +177,27 @@ def recoveryd_server(
         "RECOVERYD_LOG_FORMAT": "json",
     } | dict(more_settings or {})
     command = [sys.executable, "-m", "daemon", "serve"]
-    with _running(name, command, port, workdir, "/readyz", settings, admin_port) as server:
+    with _running(name, command, port, workdir, "/readyz", settings, admin_port, repo) as server:
         yield server
+
+
+@contextlib.contextmanager
+def checkout(revision: str, workdir: Path) -> Iterator[Path]:
+    """This repository's source at `revision` (anything git names: a commit, a branch,
+    HEAD~3) in a worktree under `workdir`, removed at the end. `python -m daemon` run
+    from it runs that revision's daemon: the current directory comes first on the
+    module path."""
+    tree = workdir / "against"
+    git = ["git", "-C", str(REPO), "worktree"]
+    added = subprocess.run(
+        [*git, "add", "--detach", "--quiet", str(tree), revision], capture_output=True, text=True
+    )
+    if added.returncode != 0:
+        raise ServerError(f"cannot check out {revision!r}: {added.stderr.strip()}")
+    try:
+        yield tree
+    finally:
+        subprocess.run([*git, "remove", "--force", str(tree)], capture_output=True)
 
 
 @contextlib.contextmanager
@@ -188,6 +209,7 @@ def _running(
     ready_path: str,
     settings: Mapping[str, str] | None = None,
     admin_port: int | None = None,
+    repo: Path = REPO,
 ) -> Iterator[Server]:
     # RECOVERYD_* variables of the shell running the benchmark (a PUBLIC_URL, say) would
     # change what is measured: each server gets only the settings passed here.
@@ -196,7 +218,7 @@ def _running(
     log = workdir / f"{name.replace(' ', '-')}.log"
     with log.open("wb") as log_file:
         process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT
+            command, cwd=repo, env=env, stdout=log_file, stderr=subprocess.STDOUT
         )
     server = Server(name, process, port, log, admin_port)
     try:

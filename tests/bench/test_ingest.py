@@ -32,3 +32,26 @@ def test_ingest_prints_postgresql_next_to_sqlite(postgres_server: str) -> None:
         assert re.search(rf"^ratio {name} / bare uvicorn: ", done.stdout, re.MULTILINE)
         assert re.search(rf"^ratio {name} / naive FastAPI: ", done.stdout, re.MULTILINE)
         assert f"{name} store: {stored}" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ingest_measures_this_tree_against_a_revision_in_the_same_rounds() -> None:
+    """`--against HEAD`: recoveryd as committed runs beside this tree, its answers and
+    store checked as this one's; a revision git does not know fails the bench at once."""
+    done = run_bench(
+        "ingest", "--store", "sqlite", "--requests", "500", "--rounds", "1", "--warmup", "100",
+        "--against", "HEAD",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^recoveryd @HEAD +[\d,]+ ", done.stdout, re.MULTILINE), done.stdout
+    assert re.search(
+        r"^ratio recoveryd serve / recoveryd @HEAD: \d+\.\d\d   this tree against HEAD",
+        done.stdout,
+        re.MULTILINE,
+    ), done.stdout
+    stored = '600 rows, 600 distinct dlqIds; 600 dlqIds were answered "accepted": OK'
+    assert f"recoveryd @HEAD store: {stored}" in done.stdout
+    unknown = run_bench("ingest", "--store", "sqlite", "--against", "no-such-revision")
+    assert unknown.returncode == 1
+    assert "cannot check out 'no-such-revision'" in unknown.stderr
