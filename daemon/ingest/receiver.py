@@ -127,28 +127,34 @@ class CallbackReceiver:
     def finish(self, admitted: Admitted, body: bytes, reply: Callable[[Answer], None]) -> None:
         """Check `body` and store the callback; `reply` gets the answer, exactly once: at
         once when it is refused, or when the store has the callback on disk."""
+        checked = self._checked(admitted, body)
+        if isinstance(checked, Answer):
+            reply(self._answered(checked, admitted.started))
+            return
+        try:
+            stored = self._store.add_callback(checked)
+        except Exception as exc:  # every request is answered, whatever went wrong
+            reply(self._answered(self._not_stored(checked.dlq_id, exc), admitted.started))
+            return
+        # A callback on the future, not a task awaiting it: one object less per request.
+        stored.add_done_callback(
+            lambda done: self._reply_stored(done, checked.dlq_id, admitted, reply)
+        )
+
+    def _checked(self, admitted: Admitted, body: bytes) -> Callback | Answer:
+        """The callback to store, or the refusal of `body`."""
         if admitted.claims is not None:
             try:
                 check_body(admitted.claims, body)
             except SignatureError as exc:
-                reply(self._answered(self._bad_signature(exc, close=False), admitted.started))
-                return
+                return self._bad_signature(exc, close=False)
         try:
             callback = parse_callback(body)
         except CallbackError as exc:
             log.info("callback refused", reason=str(exc), field=exc.field)
-            reply(self._answered(_error(400, "invalid", str(exc), exc.field), admitted.started))
-            return
-        dlq_id = callback.dlq_id
-        try:
-            stored = self._store.add_callback(
-                Callback(dlq_id, body, self._wall_clock(), verified=admitted.claims is not None)
-            )
-        except Exception as exc:  # every request is answered, whatever went wrong
-            reply(self._answered(self._not_stored(dlq_id, exc), admitted.started))
-            return
-        # A callback on the future, not a task awaiting it: one object less per request.
-        stored.add_done_callback(lambda done: self._reply_stored(done, dlq_id, admitted, reply))
+            return _error(400, "invalid", str(exc), exc.field)
+        verified = admitted.claims is not None
+        return Callback(callback.dlq_id, body, self._wall_clock(), verified=verified)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The same steps as an ASGI app."""

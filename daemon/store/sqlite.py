@@ -579,15 +579,13 @@ class SQLiteStore:
         rows = list(first.values())
         connection = self._connection
         self._health.ensure_files()  # the files are still those opened, or nothing is written
-        if len(rows) <= ROWS_PER_STATEMENT:
-            inserted = insert_new_callbacks(connection, rows)
-        else:
-            inserted = set()
-            with _transaction(connection):
-                for start in range(0, len(rows), ROWS_PER_STATEMENT):
-                    inserted |= insert_new_callbacks(
-                        connection, rows[start : start + ROWS_PER_STATEMENT]
-                    )
+        chunks = [
+            rows[at : at + ROWS_PER_STATEMENT] for at in range(0, len(rows), ROWS_PER_STATEMENT)
+        ]
+        inserted: set[str] = set()
+        with _transaction(connection) if len(chunks) > 1 else contextlib.nullcontext():
+            for chunk in chunks:
+                inserted |= insert_new_callbacks(connection, chunk)
         outcomes: list[Added] = []
         for callback in callbacks:
             fresh = callback.dlq_id in inserted and first[callback.dlq_id] is callback
