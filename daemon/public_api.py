@@ -132,6 +132,7 @@ def document(settings: Settings) -> dict[str, Any]:
             "401": _answer("The signature is missing or wrong."),
             "413": _answer("The body is over RECOVERYD_MAX_BODY_BYTES."),
             "415": _answer("The content type is not JSON."),
+            "500": _answer("recoveryd failed on it, a defect it logs (the service will retry)."),
             "503": _answer("The store cannot take it now (the service will retry)."),
         },
     }
