@@ -59,6 +59,14 @@ def emulator_config(**settings: Any) -> EmulatorConfig:
     return dataclasses.replace(base, **settings)
 
 
+def faults_taken(control: httpx.Client) -> bool:
+    """Whether every fault armed at the emulator has been taken by a call. A call that a
+    latency fault holds has its body read when it arrives (daemon.emulator.gate), so
+    from then on the service carries it out even if its client is killed."""
+    armed: list[Any] = control.get("/_emulator/faults").raise_for_status().json()
+    return not armed
+
+
 def workflows(n: int, **fields: Any) -> list[dict[str, Any]]:
     """`n` workflow DLQ entries to seed, runs wfr_0, wfr_1...; `fields` set on each."""
     return [

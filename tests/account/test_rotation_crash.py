@@ -22,7 +22,7 @@ from tests.account.support import (
     wait_for,
 )
 from tests.processes import serving
-from tests.support import TOKEN, workflows
+from tests.support import TOKEN, faults_taken, workflows
 
 
 def rotation_row(database: Path) -> tuple[Any, ...] | None:
@@ -87,7 +87,7 @@ def test_killed_before_saving_the_restart_reports_a_lockout(tmp_path: Path) -> N
         with serving(tmp_path, **settings) as served:
             rotate_in_background(served)
             wait_for(lambda: rotation_row(database) is not None)
-            time.sleep(0.2)  # the reset is out, and the emulator is holding it
+            wait_for(lambda: faults_taken(control))  # the reset is out; the emulator holds it
             served.stop(signal.SIGKILL)
         wait_for(lambda: service.account.rotations == 1)
         assert not credentials.exists()

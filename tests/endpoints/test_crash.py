@@ -17,7 +17,7 @@ from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
 from tests.endpoints.support import dead_letter, endpoints, named, rules, topic_calls
 from tests.processes import Served, serving
-from tests.support import callback_json, emulator_config, signed
+from tests.support import callback_json, emulator_config, faults_taken, signed
 
 
 def removals_of(served: Served) -> list[dict[str, Any]]:
@@ -77,7 +77,7 @@ def test_a_kill_while_the_delete_is_in_flight_neither_removes_twice_nor_loses_th
         with serving(tmp_path, **settings) as served:
             dlq_id = fail_once(control, served, dead_letter("orders", members[2]))
             wait_for(lambda: [r["state"] for r in removals_of(served)] == ["removing"])
-            time.sleep(0.5)  # the DELETE leaves; the emulator holds it
+            wait_for(lambda: faults_taken(control))  # the DELETE is out; the emulator holds it
             exit_status, _ = served.stop(signal.SIGKILL)
         assert exit_status == -signal.SIGKILL
         wait_for(lambda: members_of(control, "orders") == members[:2])  # carried out

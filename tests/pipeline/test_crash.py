@@ -17,7 +17,7 @@ from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
 from tests.pipeline.support import BULK_PATHS, assert_recovered_once, dlq_ids_of
 from tests.processes import Served, serving
-from tests.support import callback_json, emulator_config, signed, workflows
+from tests.support import callback_json, emulator_config, faults_taken, signed, workflows
 
 UNSETTLED = "the call's outcome was not recorded"  # a batch's reason, once checked
 RULES = """\
@@ -76,12 +76,12 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
                 response = httpx.post(f"{served.url}/callbacks", content=body,
                                       headers=signed(body), timeout=10)  # fmt: skip
                 assert response.status_code == 200
-            # Marked as sending (committed right before the call), then a moment for the
-            # request to leave: the emulator is holding it when the kill comes.
+            # Marked as sending (committed right before the call), and the call at the
+            # emulator, which is holding it when the kill comes.
             wait_for(
                 lambda: any(batch["sentAt"] for batch in record(served, dlq_ids[0])["batches"])
             )
-            time.sleep(0.5)
+            wait_for(lambda: faults_taken(control))
             exit_status, _ = served.stop(signal.SIGKILL)
         assert exit_status == -signal.SIGKILL
         # The emulator carries the held call out, for no one.
