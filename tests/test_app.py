@@ -56,9 +56,14 @@ async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> 
         blocker.execute("BEGIN IMMEDIATE")
         try:
             stuck = asyncio.create_task(recoveryd.post(callback_json("d-stuck")))
-            await asyncio.sleep(0.05)  # the store's writer is now waiting for the lock
-            response = await recoveryd.public.get("/readyz")
-            assert response.status_code == 503
+            # Not ready once the store's writer is waiting for the lock, well within the
+            # busy timeout (after it the commit fails and the store answers again).
+            async with asyncio.timeout(1.5):
+                while True:
+                    response = await recoveryd.public.get("/readyz")
+                    if response.status_code == 503:
+                        break
+                    await asyncio.sleep(0.02)
             assert response.json()["error"] == "not ready: store: the store did not answer in time"
         finally:
             blocker.execute("ROLLBACK")

@@ -65,8 +65,8 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
         seeded = control.post("/_emulator/dlq", json={"messages": workflows(120)})
         dlq_ids: list[str] = seeded.json()["dlqIds"]
         # The first bulk call (the first 50, flushed full) takes its time: the kill comes
-        # while it is in flight.
-        fault = {"kind": "latency", "seconds": 8, "times": 1, "paths": ["/v2/workflows/"]}
+        # while it is in flight, after the other 70 callbacks are posted one by one.
+        fault = {"kind": "latency", "seconds": 15, "times": 1, "paths": ["/v2/workflows/"]}
         control.post("/_emulator/faults", json=fault).raise_for_status()
         settings = {"SERVICE_URL": service_url, "RULES": str(rules)}
 

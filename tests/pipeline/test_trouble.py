@@ -71,7 +71,10 @@ async def test_a_bulk_call_of_unknown_outcome_is_checked_before_it_is_sent_again
 ) -> None:
     """Every attempt answered 503: the dlqIds are looked up, found still in the DLQ,
     and sent once more, which succeeds."""
-    async with harness(tmp_path, RESUME_ALL) as h:
+    # One batch of the four, flushed when full: with RESUME_ALL's maxWait of 100ms a slow
+    # machine could split them over two calls, and the 503s with them.
+    rules = RESUME_ALL.replace("maxSize: 10, maxWait: 100ms", "maxSize: 4, maxWait: 30s")
+    async with harness(tmp_path, rules) as h:
         dlq_ids = await h.seed(workflows(4))
         await h.fault(kind="status", status=503, times=4, paths=["/v2/workflows/"])
         await h.send_callbacks(dlq_ids)
