@@ -94,8 +94,8 @@ async def test_the_job_runs_on_one_replica_and_moves_when_its_holder_is_cut_off(
         # The holder's session ends under it (a failover, a partition the server saw):
         # its next check fails and stops its job; the other takes the lock, and the job.
         terminate(postgres_url, holder_pid(postgres_url))
-        await until(lambda: not jobs[0].running, seconds=2.0)
-        await until(lambda: jobs[1].running, seconds=2.0)
+        await until(lambda: not jobs[0].running, seconds=10.0)
+        await until(lambda: jobs[1].running, seconds=10.0)
         assert jobs[0].stops == 1
         assert [leader.holding for leader in leaders] == [False, True]
     assert [job.stops for job in jobs] == [1, 1]
