@@ -38,14 +38,16 @@ def test_killed_right_after_saving_the_restart_uses_the_new_token(tmp_path: Path
     database = tmp_path / "recoveryd.db"
     with emulator() as (service_url, control, service):
         settings = served_settings(tmp_path, service_url, credentials)
-        # The reset takes a moment, long enough to take the database's write lock once
-        # the rotation is recorded: the daemon then cannot record its end, and is killed
-        # with the new credentials saved and the rotation still recorded as under way.
-        fault = {"kind": "latency", "seconds": 0.5, "times": 1, "paths": [RESET]}
+        # The emulator holds the reset for 3 s, ample time to take the database's write
+        # lock once the reset is out: the daemon then cannot record the rotation's end,
+        # and is killed with the new credentials saved and the rotation still recorded
+        # as under way.
+        fault = {"kind": "latency", "seconds": 3.0, "times": 1, "paths": [RESET]}
         control.post("/_emulator/faults", json=fault).raise_for_status()
         with serving(tmp_path, **settings) as served:
             rotate_in_background(served)
             wait_for(lambda: rotation_row(database) is not None)
+            wait_for(lambda: faults_taken(control))  # the reset is out; the emulator holds it
             blocker = sqlite3.connect(database, isolation_level=None)
             blocker.execute("BEGIN IMMEDIATE")
             wait_for(lambda: credentials.exists())
@@ -82,7 +84,8 @@ def test_killed_before_saving_the_restart_reports_a_lockout(tmp_path: Path) -> N
     database = tmp_path / "recoveryd.db"
     with emulator() as (service_url, control, service):
         settings = served_settings(tmp_path, service_url, credentials)
-        fault = {"kind": "latency", "seconds": 1.0, "times": 1, "paths": [RESET]}
+        # The emulator holds the reset for 5 s: the kill lands well before its answer.
+        fault = {"kind": "latency", "seconds": 5.0, "times": 1, "paths": [RESET]}
         control.post("/_emulator/faults", json=fault).raise_for_status()
         with serving(tmp_path, **settings) as served:
             rotate_in_background(served)

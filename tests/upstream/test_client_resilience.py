@@ -31,6 +31,19 @@ from daemon.upstream import (
 )
 from tests.support import FAST_RETRY, TOKEN, USERNAME, Service, workflows
 
+# Bounds a wait that should take seconds, so a test that goes wrong fails instead of hanging.
+GUARD = 10.0
+
+
+async def until_faults_taken(control: httpx.AsyncClient) -> None:
+    """Wait until every fault armed at the emulator has been taken by a call (as
+    tests.support.faults_taken tells, for an async client)."""
+    async with asyncio.timeout(GUARD):
+        while True:
+            if not (await control.get("/_emulator/faults")).raise_for_status().json():
+                return
+            await asyncio.sleep(0.01)
+
 
 async def test_server_errors_are_retried_until_success(service: Service) -> None:
     """Two 503s, then the real answer: the caller sees only the answer."""
@@ -114,13 +127,19 @@ async def test_call_refused_during_a_rotation_waits_for_the_new_token(service: S
     tries once more, instead of failing."""
     refused = asyncio.Event()
     client = service.client_with(observe=lambda call: call.status == 401 and refused.set())
-    await service.fault(kind="latency", seconds=0.3, times=1, paths=["/v2/dlq"])
+    # The reset must be carried out while the emulator holds the call, before it checks
+    # the call's token: 3 s is ample for it, and short of the client's 5 s timeout.
+    await service.fault(kind="latency", seconds=3.0, times=1, paths=["/v2/dlq"])
     pending = asyncio.create_task(client.get_dlq_message("1-0"))
-    for _ in range(3):  # let it read the old token and go out
-        await asyncio.sleep(0)
+    await until_faults_taken(service.control)  # the call is out, with the old token, and held
     async with service.credentials.rotating(drain_seconds=0):
         record = await client.rotate_token()
-        await refused.wait()  # the old token was refused while the new one is not in yet
+        try:
+            async with asyncio.timeout(GUARD):
+                await refused.wait()  # the old token was refused while the new one is not in
+        except TimeoutError:
+            answered = [(c["path"], c["status"]) for c in await service.journal()]
+            pytest.fail(f"the held call was not refused; the service answered {answered}")
         assert record.token is not None
         assert record.password is not None
         service.credentials.replace(
