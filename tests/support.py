@@ -120,6 +120,11 @@ class Service:
     async def fault(self, **fault: Any) -> None:
         (await self.control.post("/_emulator/faults", json=fault)).raise_for_status()
 
+    async def faults_taken(self) -> bool:
+        """`faults_taken` (below) for this emulator's async client."""
+        armed: list[Any] = (await self.control.get("/_emulator/faults")).raise_for_status().json()
+        return not armed
+
 
 # recoveryd itself, as the tests run it.
 

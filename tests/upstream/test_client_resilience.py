@@ -35,12 +35,10 @@ from tests.support import FAST_RETRY, TOKEN, USERNAME, Service, workflows
 GUARD = 10.0
 
 
-async def until_faults_taken(control: httpx.AsyncClient) -> None:
-    """Wait until every fault armed at the emulator has been taken by a call (as
-    tests.support.faults_taken tells, for an async client)."""
+async def until_faults_taken(service: Service) -> None:
     async with asyncio.timeout(GUARD):
         while True:
-            if not (await control.get("/_emulator/faults")).raise_for_status().json():
+            if await service.faults_taken():
                 return
             await asyncio.sleep(0.01)
 
@@ -131,7 +129,7 @@ async def test_call_refused_during_a_rotation_waits_for_the_new_token(service: S
     # the call's token: 3 s is ample for it, and short of the client's 5 s timeout.
     await service.fault(kind="latency", seconds=3.0, times=1, paths=["/v2/dlq"])
     pending = asyncio.create_task(client.get_dlq_message("1-0"))
-    await until_faults_taken(service.control)  # the call is out, with the old token, and held
+    await until_faults_taken(service)  # the call is out, with the old token, and held
     async with service.credentials.rotating(drain_seconds=0):
         record = await client.rotate_token()
         try:
