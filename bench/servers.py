@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 40.0  # recoveryd drains for up to 30 s after SIGTERM
 RECEIVER_ONLY = "receiver, no store"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_UNSAFE_IN_FILE_NAME = re.compile(r"[^\w.@-]+")
 
 
 class ServerError(Exception):
@@ -215,7 +217,8 @@ def _running(
     # change what is measured: each server gets only the settings passed here.
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERYD_")}
     env |= dict(settings or {})
-    log = workdir / f"{name.replace(' ', '-')}.log"
+    # A name may hold a git revision ("recoveryd @exp/fast"): no slashes in a file name.
+    log = workdir / (_UNSAFE_IN_FILE_NAME.sub("-", name) + ".log")
     with log.open("wb") as log_file:
         process = subprocess.Popen(
             command, cwd=repo, env=env, stdout=log_file, stderr=subprocess.STDOUT
