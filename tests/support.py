@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import inspect
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -45,6 +47,42 @@ FAST_BREAKER = BreakerPolicy(first_open=0.2, max_open=2.0, probe_poll=0.05)
 FAST_ROTATION = RotationTiming(
     drain=1.0, check_first=0.05, check_max=0.2, save_retry=0.05, lockout_poll=0.1
 )
+
+
+T = TypeVar("T")
+# How often a wait asks again: often enough that a test acts soon after the state shows.
+POLL_SECONDS = 0.05
+
+
+def wait_for(condition: Callable[[], T], seconds: float = 60.0, what: str = "") -> T:
+    """Ask `condition` until it gives something true, and return that. A wait, not a
+    claim about speed: `seconds` only bounds how long a test hangs when the state never
+    comes, and then it fails saying what it waited for."""
+    deadline = time.monotonic() + seconds
+    while not (found := condition()):
+        if time.monotonic() >= deadline:
+            raise AssertionError(_still_waiting(seconds, what))
+        time.sleep(POLL_SECONDS)
+    return found
+
+
+async def eventually(check: Callable[[], Any], seconds: float = 30.0, what: str = "") -> Any:
+    """`wait_for` in a test's event loop: `check` may be sync or async, and the loop runs
+    on between two asks."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = check()
+        if inspect.isawaitable(found):
+            found = await found
+        if found:
+            return found
+        if time.monotonic() >= deadline:
+            raise AssertionError(_still_waiting(seconds, what))
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _still_waiting(seconds: float, what: str) -> str:
+    return f"still waiting after {seconds:g} s" + (f" for {what}" if what else "")
 
 
 def emulator_config(**settings: Any) -> EmulatorConfig:

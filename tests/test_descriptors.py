@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.processes import Served, serving
+from tests.support import wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 
@@ -27,13 +26,6 @@ def _metric(served: Served, name: str) -> float:
     text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
     line = next(line for line in text.splitlines() if line.startswith(name + " "))
     return float(line.split()[1])
-
-
-def _eventually(check: Callable[[], bool], within: float = 10) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.1)
 
 
 def test_the_soft_limit_is_raised_to_the_hard_one_at_start(tmp_path: Path) -> None:
@@ -56,16 +48,16 @@ def test_near_the_limit_a_warning_and_at_it_not_ready(tmp_path: Path) -> None:
             used = _metric(served, "process_open_fds")
             while used + len(opened) < 0.85 * limit:
                 opened.append(socket.create_connection((host, int(port))))
-            _eventually(lambda: "open descriptors near their limit" in served.logs())
+            wait_for(lambda: "open descriptors near their limit" in served.logs())
             assert httpx.get(f"{served.url}/readyz").status_code == 200
             while used + len(opened) < limit - 8:
                 opened.append(socket.create_connection((host, int(port))))
-            _eventually(lambda: httpx.get(f"{served.url}/readyz").status_code == 503)
+            wait_for(lambda: httpx.get(f"{served.url}/readyz").status_code == 503)
             reasons = httpx.get(f"{served.url}/readyz").json()["reasons"]
             assert any(reason.startswith("descriptors: ") for reason in reasons), reasons
             assert _metric(served, "recoveryd_ready") == 0
         finally:
             for sock in opened:
                 sock.close()
-        _eventually(lambda: httpx.get(f"{served.url}/readyz").status_code == 200)
-        _eventually(lambda: "open descriptors back under their limit" in served.logs())
+        wait_for(lambda: httpx.get(f"{served.url}/readyz").status_code == 200)
+        wait_for(lambda: "open descriptors back under their limit" in served.logs())

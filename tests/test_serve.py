@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.account.support import emulator, send_callbacks, served_settings, wait_for
+from tests.account.support import emulator, send_callbacks, served_settings
 from tests.account.support import status as daemon_status
 from tests.processes import Served, environ, serving
 from tests.support import (
@@ -29,6 +29,7 @@ from tests.support import (
     TOKEN,
     callback_json,
     signed,
+    wait_for,
     workflows,
 )
 

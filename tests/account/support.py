@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,13 +46,6 @@ def served_settings(tmp_path: Path, service_url: str, credentials: Path) -> dict
     rules = tmp_path / "rules.yaml"
     rules.write_text(RESUME_ALL)
     return {"SERVICE_URL": service_url, "RULES": str(rules), **rotation_settings(credentials)}
-
-
-def wait_for(condition: Any, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def status(served: Served) -> dict[str, Any]:

@@ -16,10 +16,16 @@ from tests.account.support import (
     send_callbacks,
     served_settings,
     status,
-    wait_for,
 )
 from tests.processes import serving
-from tests.support import PASSWORD, SIGNING_KEY_CURRENT, SIGNING_KEY_NEXT, TOKEN, workflows
+from tests.support import (
+    PASSWORD,
+    SIGNING_KEY_CURRENT,
+    SIGNING_KEY_NEXT,
+    TOKEN,
+    wait_for,
+    workflows,
+)
 
 
 def test_no_secret_in_logs_answers_metrics_or_the_store(tmp_path: Path) -> None:

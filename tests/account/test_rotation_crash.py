@@ -19,10 +19,9 @@ from tests.account.support import (
     send_callbacks,
     served_settings,
     status,
-    wait_for,
 )
 from tests.processes import serving
-from tests.support import TOKEN, faults_taken, workflows
+from tests.support import TOKEN, faults_taken, wait_for, workflows
 
 
 def rotation_row(database: Path) -> tuple[Any, ...] | None:

@@ -3,14 +3,13 @@ endpoints, the removals recoveryd records, and the calls the service saw."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from tests.pipeline.support import Harness
+from tests.support import eventually
 
 
 def rules(failures: int = 3, within: str = "10m", keep_last: bool = True) -> str:
@@ -62,7 +61,7 @@ async def fail(h: Harness, *messages: dict[str, Any]) -> list[str]:
     for message in messages:
         [dlq_id] = await h.seed([message])
         await h.send_callbacks([dlq_id])
-        await wait_for(lambda dlq_id=dlq_id: final(h, dlq_id))
+        await eventually(lambda dlq_id=dlq_id: final(h, dlq_id))
         dlq_ids.append(dlq_id)
     return dlq_ids
 
@@ -87,16 +86,8 @@ async def finished_removals(admin: httpx.AsyncClient, count: int) -> list[dict[s
         found = await removals(admin)
         return len(found) >= count and all(r["state"] not in ("pending", "removing") for r in found)
 
-    await wait_for(done)
+    await eventually(done)
     return found
-
-
-async def wait_for(condition: Callable[[], Any], seconds: float = 30.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if await condition():
-                return
-            await asyncio.sleep(0.05)
 
 
 def topic_calls(journal: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:

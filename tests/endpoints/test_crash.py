@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,20 +16,13 @@ from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
 from tests.endpoints.support import dead_letter, endpoints, named, rules, topic_calls
 from tests.processes import Served, serving
-from tests.support import callback_json, emulator_config, faults_taken, signed
+from tests.support import callback_json, emulator_config, faults_taken, signed, wait_for
 
 
 def removals_of(served: Served) -> list[dict[str, Any]]:
     answer = httpx.get(f"{served.admin_url}/api/v1/removals", timeout=5).json()
     found: list[dict[str, Any]] = answer["removals"]
     return found
-
-
-def wait_for(condition: Any, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def fail_once(control: httpx.Client, served: Served, message: dict[str, Any]) -> str:

@@ -21,9 +21,9 @@ from tests.endpoints.support import (
     removals,
     rules,
     topic_calls,
-    wait_for,
 )
 from tests.pipeline.support import harness
+from tests.support import eventually
 
 
 async def test_an_endpoint_answering_410_is_removed_at_the_threshold_and_not_before(
@@ -248,7 +248,7 @@ async def test_a_dlq_id_counts_once_even_when_redriven(tmp_path: Path) -> None:
         async def counted_again() -> bool:
             return "already counted" in ((await h.record(dlq_id))["reason"] or "")
 
-        await wait_for(counted_again)
+        await eventually(counted_again)
         assert await removals(h.recoveryd.admin) == []
         record = await h.record(dlq_id)
     assert record["state"] == "done"

@@ -4,9 +4,7 @@ a restart: none is lost, and none is delivered again to a receiver that answered
 from __future__ import annotations
 
 import signal
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from daemon.notify.summary import idempotency_key
 from daemon.serving import serve_in_thread
 from tests.notify.support import Receiver, notify_rule, receiving
 from tests.processes import Served, serving
-from tests.support import callback_json, emulator_config, signed, workflows
+from tests.support import callback_json, emulator_config, signed, wait_for, workflows
 
 
 def notifications(served: Served, dlq_id: str) -> list[dict[str, Any]]:
@@ -26,13 +24,6 @@ def notifications(served: Served, dlq_id: str) -> list[dict[str, Any]]:
         return []
     found: list[dict[str, Any]] = answer.json()["notifications"]
     return found
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def send_callbacks(served: Served, dlq_ids: list[str]) -> None:

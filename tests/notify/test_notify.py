@@ -7,14 +7,13 @@ import asyncio
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from daemon.notify.summary import idempotency_key
 from tests.notify.support import FAST_NOTIFY, Receiver, notify_rule, receiving
 from tests.pipeline.support import Harness, assert_recovered_once, harness
-from tests.support import FAST_TUNING, workflows
+from tests.support import FAST_TUNING, eventually, workflows
 
 TUNING = dataclasses.replace(FAST_TUNING, notify=FAST_NOTIFY)
 CLOSED_PORT = "http://127.0.0.1:9/hook"  # refused at once
@@ -30,18 +29,6 @@ RESUME_ALL = """\
     action: resume
     batch: {maxSize: 10, maxWait: 100ms}
 """
-
-
-async def eventually(check: Callable[[], Any], seconds: float = 20.0) -> None:
-    """Wait until `check()` (sync or async) is true."""
-    async with asyncio.timeout(seconds):
-        while True:
-            found = check()
-            if asyncio.iscoroutine(found):
-                found = await found
-            if found:
-                return
-            await asyncio.sleep(0.05)
 
 
 async def notifications(h: Harness, dlq_id: str) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
 from tests.pipeline.support import BULK_PATHS, assert_recovered_once, dlq_ids_of
 from tests.processes import Served, serving
-from tests.support import callback_json, emulator_config, faults_taken, signed, workflows
+from tests.support import callback_json, emulator_config, faults_taken, signed, wait_for, workflows
 
 UNSETTLED = "the call's outcome was not recorded"  # a batch's reason, once checked
 RULES = """\
@@ -43,13 +43,6 @@ def record(served: Served, dlq_id: str) -> dict[str, Any]:
 def journal_of(control: httpx.Client) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = control.get("/_emulator/journal").json()
     return calls
-
-
-def wait_for(condition: Any, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(

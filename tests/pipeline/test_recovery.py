@@ -23,7 +23,7 @@ rules:
       flowControl: {key: billing, parallelism: 5, rate: 10, period: 1m}
       labels: [auto-restarted]
       failureCallback: https://hooks.example.com/again
-    batch: {maxSize: 20, maxWait: 2s}
+    batch: {maxSize: 20, maxWait: 5s}
   - name: resume-the-rest
     match: {workflow: true}
     action: resume

@@ -19,7 +19,15 @@ from cryptography.fernet import Fernet
 from tests.account.support import RESET
 from tests.pipeline.support import BULK_PATHS, assert_recovered_once
 from tests.processes import Served, emulator_process, serving
-from tests.support import PASSWORD, USERNAME, callback_json, emulator_config, signed, workflows
+from tests.support import (
+    PASSWORD,
+    USERNAME,
+    callback_json,
+    emulator_config,
+    signed,
+    wait_for,
+    workflows,
+)
 from tests.sweeps.support import FILTER, matching
 
 CALLBACKS = 5000
@@ -55,13 +63,6 @@ def sweep_runs(served: Served) -> list[dict[str, Any]]:
     answer = httpx.get(f"{served.admin_url}/api/v1/sweeps?runs=50", timeout=5).json()
     runs: list[dict[str, Any]] = answer["sweeps"][0]["lastRuns"]
     return runs
-
-
-def wait_for(condition: Any, seconds: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 async def post_all(replicas: list[Served], dlq_ids: list[str]) -> set[str]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
 from tests.processes import serving
-from tests.support import emulator_config
+from tests.support import emulator_config, wait_for
 from tests.sweeps.support import RESTART, interleaved, matching, not_matching, split, sweep_rules
 from tests.sweeps.support import sources as made_from
 
@@ -27,16 +26,6 @@ def service_url() -> Iterator[str]:
     config = emulator_config(execute_runs=False, max_requests_per_second=1000)
     with serve_in_thread(create_app(config)) as url:
         yield url
-
-
-def wait_for(what: Callable[[], Any], seconds: float = 60) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"still waiting after {seconds}s")
 
 
 def runs(admin_url: str) -> list[dict[str, Any]]:
