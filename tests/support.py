@@ -68,17 +68,23 @@ def wait_for(condition: Callable[[], T], seconds: float = 60.0, what: str = "") 
 
 async def eventually(check: Callable[[], Any], seconds: float = 30.0, what: str = "") -> Any:
     """`wait_for` in a test's event loop: `check` may be sync or async, and the loop runs
-    on between two asks."""
-    deadline = time.monotonic() + seconds
-    while True:
-        found = check()
-        if inspect.isawaitable(found):
-            found = await found
-        if found:
-            return found
-        if time.monotonic() >= deadline:
-            raise AssertionError(_still_waiting(seconds, what))
-        await asyncio.sleep(POLL_SECONDS)
+    on between two asks. `seconds` bounds the asks too: one that hangs is cut off."""
+    limit = asyncio.timeout(seconds)
+    try:
+        async with limit:
+            while True:
+                if found := await _asked(check):
+                    return found
+                await asyncio.sleep(POLL_SECONDS)
+    except TimeoutError:
+        if not limit.expired():  # the check's own, not the limit's
+            raise
+        raise AssertionError(_still_waiting(seconds, what)) from None
+
+
+async def _asked(check: Callable[[], Any]) -> Any:
+    found = check()
+    return await found if inspect.isawaitable(found) else found
 
 
 def _still_waiting(seconds: float, what: str) -> str:

@@ -6,9 +6,11 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import httpx
+
 from tests.account.support import rotation_settings
 from tests.pipeline.support import RESUME_ALL, harness
-from tests.support import Recoveryd, callback_json, running_recoveryd
+from tests.support import Recoveryd, callback_json, eventually, running_recoveryd
 
 
 async def test_healthz_answers_while_the_process_serves(recoveryd: Recoveryd) -> None:
@@ -56,14 +58,14 @@ async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> 
         blocker.execute("BEGIN IMMEDIATE")
         try:
             stuck = asyncio.create_task(recoveryd.post(callback_json("d-stuck")))
+
             # Not ready once the store's writer is waiting for the lock, well within the
             # busy timeout (after it the commit fails and the store answers again).
-            async with asyncio.timeout(1.5):
-                while True:
-                    response = await recoveryd.public.get("/readyz")
-                    if response.status_code == 503:
-                        break
-                    await asyncio.sleep(0.02)
+            async def not_ready() -> httpx.Response | None:
+                response = await recoveryd.public.get("/readyz")
+                return response if response.status_code == 503 else None
+
+            response = await eventually(not_ready, 1.5, "/readyz to answer 503")
             assert response.json()["error"] == "not ready: store: the store did not answer in time"
         finally:
             blocker.execute("ROLLBACK")

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from daemon.emulator.account import DEFAULT_LIMITS
 from tests.account.support import RESET, rotation_settings
 from tests.pipeline.support import RESUME_ALL, Harness, harness
-from tests.support import FAST_ROTATION, PASSWORD, TOKEN, USERNAME, workflows
+from tests.support import FAST_ROTATION, PASSWORD, TOKEN, USERNAME, eventually, workflows
 
 # A read of a dlqId that does not exist: 404 with a token that works, 401 without.
 TOKEN_PROBE = "/v2/dlq/no-such-id"
@@ -33,11 +33,7 @@ async def token_answer(control: httpx.AsyncClient, token: str) -> int:
 async def wait_for_metric(
     h: Harness, name: str, value: float, seconds: float = 20.0, **labels: str
 ) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if h.recoveryd.metric(name, **labels) >= value:
-                return
-            await asyncio.sleep(0.02)
+    await eventually(lambda: h.recoveryd.metric(name, **labels) >= value, seconds, name)
 
 
 async def rotate(h: Harness) -> httpx.Response:
@@ -66,13 +62,13 @@ async def test_scheduled_rotations_under_traffic_never_fail_a_call(tmp_path: Pat
         assert states == {"done": 150}
 
         assert await token_answer(h.control, TOKEN) == 401
+
         # Rotating every second: between a reset and the save of its answer the file still
         # holds the token just reset, so a refusal then is no fault; ask until a save is in.
-        async with asyncio.timeout(10):
-            while True:
-                if await token_answer(h.control, saved(tmp_path)["token"]) == 404:
-                    break
-                await asyncio.sleep(0.05)
+        async def saved_token_works() -> bool:
+            return await token_answer(h.control, saved(tmp_path)["token"]) == 404
+
+        await eventually(saved_token_works, 10, "a saved token that works")
         assert h.recoveryd.metric("recoveryd_account_limit", limit="requests_per_second") == 40
         retention = h.recoveryd.metric("recoveryd_account_limit_seconds", limit="dlq_retention")
         assert retention == 604_800

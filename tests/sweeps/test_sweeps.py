@@ -4,7 +4,6 @@ DLQ, its journal), what recoveryd recorded from its admin API and metrics."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import sqlite3
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.pipeline.support import Harness, harness
+from tests.support import eventually
 from tests.sweeps.support import (
     FILTER,
     LIST,
@@ -238,12 +238,11 @@ async def test_a_stop_mid_run_ends_it_at_the_end_of_its_page(tmp_path: Path) -> 
         # Scheduled once the DLQ is seeded, so that the first run has the whole of it.
         (tmp_path / "rules.yaml").write_text(sweep_rules("1s"))
         assert (await h.recoveryd.admin.post("/-/reload")).status_code == 200
-        async with asyncio.timeout(30):
-            while True:
-                outcomes = [page["outcome"] for page in await first_pages(h)]
-                if outcomes == ["done", "sending"]:
-                    break
-                await asyncio.sleep(0.05)
+
+        async def page_2_out() -> bool:
+            return [page["outcome"] for page in await first_pages(h)] == ["done", "sending"]
+
+        await eventually(page_2_out, 30, "page 1 done and page 2 out")
     with contextlib.closing(sqlite3.connect(tmp_path / "recoveryd.db")) as db:
         [(result, error)] = db.execute("SELECT result, error FROM sweep_runs").fetchall()
         outcomes = [row[0] for row in db.execute("SELECT outcome FROM sweep_pages ORDER BY page")]

@@ -29,18 +29,10 @@ from daemon.upstream import (
     Unauthorized,
     surely_not_carried_out,
 )
-from tests.support import FAST_RETRY, TOKEN, USERNAME, Service, workflows
+from tests.support import FAST_RETRY, TOKEN, USERNAME, Service, eventually, workflows
 
 # Bounds a wait that should take seconds, so a test that goes wrong fails instead of hanging.
 GUARD = 10.0
-
-
-async def until_faults_taken(service: Service) -> None:
-    async with asyncio.timeout(GUARD):
-        while True:
-            if await service.faults_taken():
-                return
-            await asyncio.sleep(0.01)
 
 
 async def test_server_errors_are_retried_until_success(service: Service) -> None:
@@ -129,7 +121,8 @@ async def test_call_refused_during_a_rotation_waits_for_the_new_token(service: S
     # the call's token: 3 s is ample for it, and short of the client's 5 s timeout.
     await service.fault(kind="latency", seconds=3.0, times=1, paths=["/v2/dlq"])
     pending = asyncio.create_task(client.get_dlq_message("1-0"))
-    await until_faults_taken(service)  # the call is out, with the old token, and held
+    # The call is out, with the old token, and held.
+    await eventually(service.faults_taken, GUARD, "the call to be held")
     async with service.credentials.rotating(drain_seconds=0):
         record = await client.rotate_token()
         try:
