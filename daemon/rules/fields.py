@@ -48,11 +48,11 @@ FIELDS: Mapping[str, Kind] = {
 def facts(message: Mapping[str, Any], header_prefix: str = "Service") -> dict[str, Any]:
     """The values rules test for `message`, a DLQ message as JSON (spec 2.1)."""
     # Presence tested inline: a call per field was a fifth of this function's time
-    # (bench/rules).
+    # (bench/rules). Of JSON's values only null, "", [], {}, 0 and false are falsy, so
+    # `value or value == 0` leaves out exactly the first four: half the time of
+    # comparing each value with them.
     found = {
-        name: value
-        for name, value in message.items()
-        if name in FIELDS and value is not None and value != "" and value != [] and value != {}
+        name: value for name, value in message.items() if name in FIELDS and (value or value == 0)
     }
     for name in ("header", "responseHeader"):
         headers = _header_map(message.get(name))

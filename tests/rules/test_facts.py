@@ -89,8 +89,10 @@ def test_headers_without_text_values_are_missing(field: str, value: Any) -> None
     assert field not in facts({field: value})
 
 
-@pytest.mark.parametrize(("field", "value"), [("responseStatus", 0), ("maxRetries", 0)])
-def test_zero_is_present(field: str, value: int) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"), [("responseStatus", 0), ("maxRetries", 0), ("maxRetries", 0.0)]
+)
+def test_zero_is_present(field: str, value: float) -> None:
     """0 is a value, not a missing one (status 0 means no response)."""
     assert facts({field: value})[field] == 0
 
@@ -101,6 +103,7 @@ def test_zero_is_present(field: str, value: int) -> None:
         ("responseStatus", "503"),
         ("responseStatus", True),
         ("url", 5),
+        ("url", False),  # falsy, like the missing values, but a value
         ("labels", "billing"),
         ("labels", [1, "billing"]),
         ("maxRetries", 2.5),
