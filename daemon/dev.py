@@ -55,6 +55,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import structlog
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -74,6 +75,7 @@ from daemon.settings import load_settings
 from daemon.store import Store, open_store
 from daemon.store.records import OVER_BUDGET
 from daemon.store.sweep_records import SweepRun
+from daemon.uvicorn_version import unsupported
 
 Echo = Callable[[str], None]
 WAVE_EVERY = 2.0  # seconds between waves of published runs
@@ -377,6 +379,9 @@ def _kind(call: Call) -> str:
 
 async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
     """The demo for `duration` seconds (until Ctrl-C with `forever`), then its summary."""
+    problem = unsupported(uvicorn.__version__)  # the demo's recoveryd listens as serve's
+    if problem:
+        raise DemoError(problem)
     rules = repo_rules()
     sweeps = _sweeps(rules)
     config = EmulatorConfig(delivery_retry_delay=0.1)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+import uvicorn
 
 from daemon.app import running
 from daemon.descriptors import raise_soft_limit
@@ -18,6 +19,7 @@ from daemon.rules import FileError, Unreadable
 from daemon.serving import bind, serve_until_stopped
 from daemon.settings import PREFIX, Settings, SettingsError, load_settings
 from daemon.store import StoreUnavailable
+from daemon.uvicorn_version import unsupported
 
 log = structlog.get_logger(__name__)
 
@@ -27,7 +29,11 @@ class StartError(Exception):
 
 
 def serve(environ: Mapping[str, str] = os.environ, *, rules: Path | None = None) -> None:
-    """Run the daemon in the foreground; StartError when a setting or a listener is bad."""
+    """Run the daemon in the foreground; StartError when a setting or a listener is bad, or
+    the installed uvicorn is not one the listener is tested against."""
+    problem = unsupported(uvicorn.__version__)
+    if problem:
+        raise StartError(problem)
     try:
         overrides: dict[str, Any] = {"RULES": rules} if rules is not None else {}
         # Required by serve, unlike dev (which runs its own emulator).
