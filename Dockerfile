@@ -5,11 +5,14 @@
 # tests/deploy/test_image.py lints this file and runs these steps and this ENV without
 # Docker; docs/operating.md#container-image describes the image.
 
-# A full version, so a rebuild gets the same Python. Not pinned by digest: the digest
-# could not be checked where this file was written. Pin it when releasing, from
-# `docker buildx imagetools inspect python:3.11.14-slim-bookworm`, as
-# `python:3.11.14-slim-bookworm@sha256:...`, and let a bot keep it current.
-FROM python:3.11.14-slim-bookworm AS base
+# The base image: a full version, so a rebuild gets the same Python, and its digest, so a
+# rebuild gets the same bytes. The digest cannot be looked up where this file is edited
+# (no registry): a release sets it here, from `docker buildx imagetools inspect
+# "$PYTHON_IMAGE"` (CONTRIBUTING.md, Releasing), or passes --build-arg PYTHON_DIGEST=.
+# Left empty, the build takes what the tag names that day.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+ARG PYTHON_DIGEST=
+FROM ${PYTHON_IMAGE}${PYTHON_DIGEST:+@}${PYTHON_DIGEST} AS base
 
 FROM base AS build
 WORKDIR /src
@@ -18,6 +21,9 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY daemon/ daemon/
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+# The dependencies' exact versions and hashes (CONTRIBUTING.md says how it is made), beside
+# the wheel for the next stage.
+COPY requirements.lock /wheels/
 
 FROM base
 ARG SOURCE_URL
@@ -35,12 +41,19 @@ RUN groupadd --system --gid 10001 recoveryd \
     && install -d -o 10001 -g 10001 -m 0700 /var/lib/recoveryd
 
 # The virtual environment holds recoveryd and its dependencies, nothing else (not even
-# pip: the base image's pip installs into it). pip compiles every module as it
-# installs, so the running daemon never needs to write a .pyc. The wheel is mounted
-# from the build stage, not copied: it stays out of the image's layers.
+# pip: the base image's pip installs into it). The dependencies come from the lock, each
+# file checked against its hash, wheels only (nothing is built from source here); then
+# recoveryd with --no-deps, so nothing outside the lock is installed, and pip check fails
+# the build if the lock no longer satisfies pyproject.toml. pip compiles every module as
+# it installs, so the running daemon never needs to write a .pyc. The wheel and the lock
+# are mounted from the build stage, not copied: they stay out of the image's layers.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv --without-pip /opt/recoveryd \
-    && python -m pip --python /opt/recoveryd/bin/python install --no-cache-dir /wheels/*.whl
+    && python -m pip --python /opt/recoveryd/bin/python install --no-cache-dir \
+        --require-hashes --only-binary=:all: --requirement /wheels/requirements.lock \
+    && python -m pip --python /opt/recoveryd/bin/python install --no-cache-dir --no-deps \
+        /wheels/recoveryd-*.whl \
+    && python -m pip --python /opt/recoveryd/bin/python check
 
 # The container's defaults; the Helm chart sets the rest (the service URL, the token
 # and signing keys from Secrets, RECOVERYD_CREDENTIALS_FILE on the volume). The admin

@@ -8,6 +8,7 @@ image's user in a mount namespace of their own) and util-linux's unshare and set
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import re
@@ -26,10 +27,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from packaging.utils import canonicalize_name
 
 from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
 from daemon.settings import PREFIX, load_settings
+from tests.deploy.locks import RUNTIME_LOCK, installed_here
 from tests.processes import free_port
 from tests.support import (
     REPO_RULES,
@@ -108,6 +111,32 @@ def stages(text: str) -> list[Stage]:
         elif found:  # an ARG before the first FROM belongs to no stage
             found[-1].instructions.append(instruction)
     return found
+
+
+def global_args(text: str) -> dict[str, str]:
+    """The ARGs before the first FROM (those FROM may use), with their defaults."""
+    args = {}
+    for instruction in instructions(text):
+        if instruction.keyword == "FROM":
+            break
+        if instruction.keyword == "ARG":
+            name, _, default = instruction.arguments.partition("=")
+            args[name] = default
+    return args
+
+
+def substitute(word: str, values: dict[str, str]) -> str:
+    """`word` with `${NAME}`, `${NAME:-word}` and `${NAME:+word}` replaced as Docker does."""
+
+    def one(found: re.Match[str]) -> str:
+        value = values.get(found["name"], "")
+        if found["modifier"] == ":+":
+            return found["word"] if value else ""
+        if found["modifier"] == ":-":
+            return value or found["word"]
+        return value
+
+    return re.sub(r"\$\{(?P<name>\w+)(?:(?P<modifier>:[+-])(?P<word>[^}]*))?\}", one, word)
 
 
 def split_run(arguments: str) -> tuple[dict[str, str], str]:
@@ -318,8 +347,12 @@ def image(dockerfile: Dockerfile, tmp_path_factory: pytest.TempPathFactory) -> I
     build, context = dockerfile.build, build_context(ROOT)
     mount, install = dockerfile.install()
     workdir, wheels, venv = root / "src", root / "wheels", root / "venv"
+    paths = {build.one("WORKDIR"): workdir, mount["source"]: wheels}
     for sources, destination in copied_sources(build):
         target = workdir / destination
+        if destination.startswith("/"):  # the folder the next stage mounts (the lock)
+            target = Path(translate(destination, paths))
+            assert target.is_relative_to(root), f"COPY to {destination}: not mapped here"
         for source in sources:
             files = [path for path in context if under(path, source)]
             assert files, f"COPY {source}: not in the build context (see .dockerignore)"
@@ -329,7 +362,6 @@ def image(dockerfile: Dockerfile, tmp_path_factory: pytest.TempPathFactory) -> I
                 )
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(ROOT / path, copy)
-    paths = {build.one("WORKDIR"): workdir, mount["source"]: wheels}
     for run in build.all("RUN"):
         run_step(translate(split_run(run)[1], paths), cwd=workdir, inside=root)
     run_step(
@@ -457,6 +489,42 @@ def test_the_wheel_holds_every_module_and_nothing_else(image: Image) -> None:
         if "__pycache__" not in path.parts
     }
     assert packaged == modules
+
+
+def test_the_base_image_is_a_full_python_version_pinned_by_digest_when_given() -> None:
+    """The first FROM is made of two build arguments: by default the tag, a full Python
+    version; with PYTHON_DIGEST (a release sets it) that tag at that digest. The docs name
+    the same tag."""
+    text = DOCKERFILE.read_text()
+    args, (first, *_) = global_args(text), stages(text)
+    tag, digest = args["PYTHON_IMAGE"], args["PYTHON_DIGEST"]
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", tag)
+    assert digest == "" or re.fullmatch(r"sha256:[0-9a-f]{64}", digest), digest
+    assert substitute(first.base, args) == (f"{tag}@{digest}" if digest else tag)
+    release = "sha256:" + "0123456789abcdef" * 4
+    assert substitute(first.base, args | {"PYTHON_DIGEST": release}) == f"{tag}@{release}"
+    assert tag in (ROOT / "docs" / "operating.md").read_text()
+
+
+def test_the_venv_holds_the_lock_at_its_versions_and_recoveryd(image: Image) -> None:
+    """The install RUN takes the dependencies from requirements.lock, each file checked
+    against its hash and wheels only, then recoveryd's wheel with --no-deps: the venv holds
+    exactly the lock's packages for this platform at its versions, and recoveryd."""
+    mount, install = image.dockerfile.install()
+    steps = [shlex.split(step) for step in install.split("&&")]
+    (from_lock,) = [step for step in steps if "--require-hashes" in step]
+    assert "--only-binary=:all:" in from_lock
+    assert from_lock[from_lock.index("--requirement") + 1] == f"{mount['target']}/requirements.lock"
+    (project,) = [step for step in steps if any(word.endswith(".whl") for word in step)]
+    assert "--no-deps" in project
+    assert steps.index(from_lock) < steps.index(project)
+    (site,) = image.venv.glob("lib/python3.*/site-packages")
+    installed = {
+        canonicalize_name(found.metadata["Name"]): found.version
+        for found in importlib.metadata.distributions(path=[str(site)])
+    }
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert installed == installed_here(RUNTIME_LOCK) | {"recoveryd": version}
 
 
 def test_the_venv_holds_recoveryd_compiled_at_install_and_no_pip(image: Image) -> None:
