@@ -20,7 +20,14 @@ from tests.support import emulator_config, workflows
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = sorted([ROOT / "README.md", ROOT / "examples" / "README.md", *DOCS.glob("*.md")])
+PAGES = sorted(
+    [
+        ROOT / "README.md",
+        ROOT / "CONTRIBUTING.md",
+        ROOT / "examples" / "README.md",
+        *DOCS.glob("*.md"),
+    ]
+)
 
 
 def text(path: Path) -> str:
