@@ -53,19 +53,22 @@ def test_the_lock_pins_a_supported_uvicorn() -> None:
     assert unsupported(installed_here(RUNTIME_LOCK)["uvicorn"]) is None
 
 
-def test_serve_refuses_to_start_on_another_uvicorn(tmp_path: Path) -> None:
-    """serve checks the release it imported before anything else: run in a process whose
+@pytest.mark.parametrize("command", [["serve"], ["dev", "--duration", "5s"]])
+def test_serve_and_dev_refuse_to_start_on_another_uvicorn(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """Each checks the release it imported before anything else: run in a process whose
     uvicorn says it is 0.55.0, it exits 1 with the one line saying what to do."""
-    as_if_newer = textwrap.dedent("""
+    as_if_newer = textwrap.dedent(f"""
         import sys, uvicorn
         uvicorn.__version__ = "0.55.0"
         from daemon.cli import main
-        sys.argv = ["recoveryd", "serve"]
+        sys.argv = ["recoveryd", *{command!r}]
         main()
     """)
     result = subprocess.run(
         [sys.executable, "-c", as_if_newer],
-        env=environ(tmp_path), capture_output=True, text=True, timeout=30, check=False,
+        env=environ(tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert result.stderr == f"Error: {unsupported('0.55.0')}\n"
