@@ -95,3 +95,10 @@ class Rotated(BaseModel):
 
 class RotationFailed(Error):
     rotation: Rotation
+
+
+class CredentialsReloaded(BaseModel):
+    """`POST /-/reload-credentials`: whether the saved token was new and is now in use."""
+
+    status: Literal["taken", "unchanged"]
+    lockedOut: bool

@@ -259,6 +259,11 @@ class Store(Protocol):
         """A token that works is in hand again: the lockout recorded, if any, is over."""
         ...
 
+    async def unless_rotating(self, write: Callable[[], None]) -> bool:
+        """Run `write` (an operator's token saved: `recoveryd set-token`) unless a rotation
+        is under way, while none can begin; whether it ran."""
+        ...
+
     async def latest_rotation(self) -> Rotation | None:
         """The last rotation begun, finished or not."""
         ...

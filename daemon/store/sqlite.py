@@ -367,6 +367,10 @@ class SQLiteStore:
     async def resolve_lockout(self, now: float) -> None:
         await self._write(lambda c: rotations.resolve_lockout(c, now))
 
+    async def unless_rotating(self, write: Callable[[], None]) -> bool:
+        # On the store's thread, inside its write lock: another process's rotation waits.
+        return await self._write(lambda c: rotations.unless_rotating(c, write))
+
     async def latest_rotation(self) -> Rotation | None:
         return await self._run(rotations.latest)
 

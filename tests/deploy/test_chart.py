@@ -571,7 +571,10 @@ def test_incomplete_values_are_refused(
         ({"store": {"postgres": {"url": f"postgresql://rd:{STORE_PASSWORD} @db/recoveryd"}}},
          "store.postgres.url is not a PostgreSQL URL"),
         ({"secrets": {"credentialsKey": CREDENTIALS_KEY.rstrip("=")}},
-         "secrets.credentialsKey is not a Fernet key (32 bytes in URL-safe base64, 44 characters)"),
+         "secrets.credentialsKey is not a Fernet key, or several comma-separated (each 32 "
+         "bytes in URL-safe base64, 44 characters)"),
+        ({"secrets": {"credentialsKey": f"{CREDENTIALS_KEY},{STORE_PASSWORD}"}},
+         "secrets.credentialsKey is not a Fernet key"),
         ({"secrets": {"credentialsKey": STORE_PASSWORD}},
          "secrets.credentialsKey is not a Fernet key"),
     ],
