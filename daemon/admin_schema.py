@@ -57,6 +57,16 @@ class RulesVersion(BaseModel):
     source: str
 
 
+class ReplicaStatus(BaseModel):
+    """A replica alive (on SQLite, this daemon alone)."""
+
+    id: str
+    startedAt: float
+    seenAt: float  # its last heartbeat
+    share: float  # its part of the account's rate limit, 0 to 1
+    self: bool  # the daemon that answers
+
+
 class DaemonStatus(BaseModel):
     """`GET /api/v1/status`."""
 
@@ -70,6 +80,8 @@ class DaemonStatus(BaseModel):
     token: dict[str, Any]
     upstream: dict[str, Any]
     rules: RulesVersion
+    replicas: list[ReplicaStatus]
+    singletonHolder: str | None  # the replica that runs the singleton jobs
 
 
 class Redriven(BaseModel):

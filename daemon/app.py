@@ -153,14 +153,15 @@ async def running(
         admin = admin_app(
             token=None if admin_token is None else admin_token.get_secret_value(),
             store=store, metrics=metrics, rules=rules, rotator=rotator, client=client,
-            on_redriven=pipeline.wake, wall_clock=wall_clock, status_parts=[sweeper.status],
+            on_redriven=pipeline.wake, wall_clock=wall_clock,
+            status_parts=[sweeper.status, heartbeat.status],
             not_ready=readiness.reasons,
         )  # fmt: skip
         admin.include_router(sweep_routes(sweeper))
         admin.include_router(removal_routes(store, client, metrics, wall_clock))
         remover = _remover(settings, store, client, metrics, tuning, wall_clock)
         singletons = Leadership(
-            store.singleton_lock(),
+            store.singleton_lock(replica),
             [
                 rotator.running,
                 sweeper.running,

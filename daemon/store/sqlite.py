@@ -265,8 +265,11 @@ class SQLiteStore:
     async def replicas(self, now: float) -> list[Replica]:
         return []
 
-    def singleton_lock(self) -> Unshared:
+    def singleton_lock(self, replica: str | None = None) -> Unshared:
         return Unshared()
+
+    async def singleton_holder(self) -> str | None:
+        return None
 
     async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
         return await self._run(lambda c: pipeline.sends(c, dlq_ids))

@@ -31,6 +31,7 @@ from daemon.store.postgres import (
     pipeline,
     retention,
     rotations,
+    singleton,
     sweeps,
 )
 from daemon.store.postgres import replicas as members
@@ -233,8 +234,11 @@ class PostgresStore:
 
     # -- replicas (replicas.py, singleton.py) ------------------------------------
 
-    def singleton_lock(self) -> AdvisoryLock:
-        return AdvisoryLock(self._url)
+    def singleton_lock(self, replica: str | None = None) -> AdvisoryLock:
+        return AdvisoryLock(self._url, name=replica)
+
+    async def singleton_holder(self) -> str | None:
+        return await self._run(singleton.holder)
 
     async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
         return await self._write(lambda c: members.heartbeat(c, replica, lease, now))
