@@ -244,7 +244,13 @@ def rotate_token(wait: float) -> None:
 @click.option(
     "--no-check", is_flag=True, help="Save it without asking the service whether it works."
 )
-def set_token(source: str | None, no_check: bool) -> None:
+@click.option(
+    "--replace-unreadable",
+    is_flag=True,
+    help="Replace saved credentials that cannot be read (a lost key, a broken file) instead "
+    "of refusing.",
+)
+def set_token(source: str | None, no_check: bool, replace_unreadable: bool) -> None:
     """Save a token (e.g. one reset in the service's console, after a lockout) where
     recoveryd keeps its credentials: sealed into the PostgreSQL store with
     RECOVERYD_CREDENTIALS_KEY, or in RECOVERYD_CREDENTIALS_FILE. The service is asked
@@ -262,7 +268,8 @@ def set_token(source: str | None, no_check: bool) -> None:
         settings = load_settings(os.environ, require=required, daemon=False)
         configure_command_logging(settings)
         given = read_given(source, settings)
-        for line in asyncio.run(save(settings, given, check=not no_check)):
+        saving = save(settings, given, check=not no_check, replace_unreadable=replace_unreadable)
+        for line in asyncio.run(saving):
             click.echo(line)
     except (SettingsError, SetTokenError) as exc:
         raise click.ClickException(str(exc)) from None

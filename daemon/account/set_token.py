@@ -106,13 +106,15 @@ def parse_given(raw: bytes, where: str) -> Given:
     return Given(token)
 
 
-async def set_token(settings: Settings, given: Given, *, check: bool = True) -> list[str]:
+async def set_token(
+    settings: Settings, given: Given, *, check: bool = True, replace_unreadable: bool = False
+) -> list[str]:
     """Save `given` and have a running daemon take it up; the lines to print.
-    SetTokenError when it was not saved, or saved but the daemon did not take it up."""
+    SetTokenError when it was not saved, or saved but the daemon did not take it up.
+    Saved credentials that cannot be read are replaced only with `replace_unreadable`:
+    a wrong key here would otherwise seal the row under a key no replica has."""
     from daemon.app import vault_for
 
-    if check:
-        await _check_with_service(settings, given.token)
     try:
         async with open_store(settings.STORE, release_leases=False) as store:
             vault = vault_for(settings, store)
@@ -121,7 +123,9 @@ async def set_token(settings: Settings, given: Given, *, check: bool = True) -> 
                     "nowhere to save the token: set RECOVERYD_CREDENTIALS_FILE (or, with a "
                     "PostgreSQL store, RECOVERYD_CREDENTIALS_KEY) as `recoveryd serve` has it"
                 )
-            saved = await _save(vault, given)
+            if check:
+                await _check_with_service(settings, given.token)
+            saved = await _save(vault, given, replace_unreadable)
             if check:
                 with contextlib.suppress(StoreUnavailable):
                     await store.resolve_lockout(time.time())
@@ -154,14 +158,18 @@ async def _check_with_service(settings: Settings, token: str) -> None:
         raise SetTokenError("the service refuses this token; not saved")
 
 
-async def _save(vault: Vault, given: Given) -> str:
+async def _save(vault: Vault, given: Given, replace_unreadable: bool) -> str:
     """Save the token, keeping what it does not replace (the password, the username, the
     account's limits); a note for the printed line."""
     note = ""
     try:
         previous = await vault.read()
     except CredentialsFileError as exc:
-        # Unreadable (a lost key, a broken file): replaced, which is the way to mend it.
+        if not replace_unreadable:
+            raise SetTokenError(
+                f"{exc}; not saved. If the key is lost or the file broken, "
+                "--replace-unreadable replaces them (their password and limits are lost)"
+            ) from None
         previous, note = None, f" (the saved credentials could not be read and are replaced: {exc})"
     before = previous.credentials if previous else Credentials("")
     saved = Saved(

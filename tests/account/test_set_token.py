@@ -233,7 +233,8 @@ def test_a_store_sealed_under_a_lost_key_is_mended_by_a_new_token(
     tmp_path: Path, postgres_url: str
 ) -> None:
     """The key is lost: nothing opens the saved row and no replica starts. set-token with
-    a new key replaces the row (the password it held is gone with the key)."""
+    a new key and --replace-unreadable replaces the row (the password it held is gone
+    with the key); without it, it refuses (the key given may be the wrong one)."""
     lost, new_key = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 
     async def seal_under_lost() -> None:
@@ -244,8 +245,16 @@ def test_a_store_sealed_under_a_lost_key_is_mended_by_a_new_token(
             await StoreVault(store, lost).write(Saved(Credentials("tok_lost_key")))
 
     asyncio.run(seal_under_lost())
+    with psycopg.connect(postgres_url) as connection:
+        [(before,)] = connection.execute("SELECT sealed FROM credentials")
     settings = {"STORE": postgres_url, "CREDENTIALS_KEY": new_key}
-    done = set_token(tmp_path, TOKEN, "--no-check", **settings)
+    # A key that opens nothing may be a mistake here, not a lost key: refused by default.
+    refused = set_token(tmp_path, TOKEN, "--no-check", **settings)
+    assert refused.returncode == 1
+    assert "--replace-unreadable replaces them" in refused.stderr
+    with psycopg.connect(postgres_url) as connection:
+        assert connection.execute("SELECT sealed FROM credentials").fetchall() == [(before,)]
+    done = set_token(tmp_path, TOKEN, "--no-check", "--replace-unreadable", **settings)
     assert done.returncode == 0, done.stderr
     assert "could not be read and are replaced" in done.stdout
 
