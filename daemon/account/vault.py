@@ -97,8 +97,9 @@ class FileVault:
                 lambda: credentials_file.write(self.path, saved)
             )
         except StoreUnavailable as exc:
-            raise CredentialsFileError(f"the store cannot tell whether a rotation is under "
-                                       f"way: {exc}") from None  # fmt: skip
+            raise CredentialsFileError(
+                f"the store cannot tell whether a rotation is under way: {exc}"
+            ) from None
 
 
 class StoreVault:
