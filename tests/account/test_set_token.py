@@ -161,6 +161,26 @@ def test_malformed_input_is_refused_without_showing_it(tmp_path: Path) -> None:
     assert not (tmp_path / "c.json").exists()
 
 
+def test_without_from_the_token_comes_from_the_token_file(tmp_path: Path) -> None:
+    """As PRODUCT.md has it: RECOVERYD_TOKEN_FILE (a Secret's mounted file, updated with
+    the new token) is read when no --from is given."""
+    credentials, token_file = tmp_path / "credentials.json", tmp_path / "token"
+    token_file.write_text("tok_from_the_secret\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "set-token", "--no-check"],
+        env=environ(
+            tmp_path, TOKEN="", TOKEN_FILE=str(token_file), CREDENTIALS_FILE=str(credentials)
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(credentials.read_text())["token"] == "tok_from_the_secret"
+    assert "tok_from_the_secret" not in done.stdout + done.stderr
+
+
 def test_nowhere_to_save_it_is_said(tmp_path: Path) -> None:
     done = set_token(tmp_path, TOKEN, "--no-check")
     assert done.returncode == 1
