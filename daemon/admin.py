@@ -17,15 +17,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from daemon import __version__
-from daemon.account import RotationRefused, Rotator
+from daemon.account import CredentialsFileError, RotationRefused, Rotator
 from daemon.admin_schema import (
+    CredentialsReloaded,
     DaemonStatus,
     DlqRecord,
     Redriven,
@@ -262,6 +263,8 @@ def admin_app(
         here). The rotation carries on if the caller hangs up."""
         return await _rotate(rotator)
 
+    app.include_router(_credentials_routes(rotator))
+
     return app
 
 
@@ -316,3 +319,31 @@ async def _rotate(rotator: Rotator) -> JSONResponse:
         return JSONResponse({"status": "rotated", **answer})
     error = f"rotation ended in {rotation.result}: {rotation.reason}"
     return JSONResponse({"error": error, **answer}, 503 if rotation.result == "lockout" else 502)
+
+
+def _credentials_routes(rotator: Rotator) -> APIRouter:
+    router = APIRouter()
+
+    @router.post(
+        "/-/reload-credentials",
+        responses={
+            200: {"model": CredentialsReloaded},
+            409: error("A rotation or a token check is under way, or no credentials are kept."),
+            503: error("The saved credentials cannot be read."),
+        },
+    )
+    async def reload_credentials() -> JSONResponse:
+        """Take up the saved credentials now (`recoveryd set-token` asks, once it has
+        saved a token): a lockout ends."""
+        return await _reload_credentials(rotator)
+
+    return router
+
+
+async def _reload_credentials(rotator: Rotator) -> JSONResponse:
+    try:
+        return JSONResponse(await rotator.take_saved_now())
+    except RotationRefused as exc:
+        return JSONResponse({"error": f"credentials not taken up: {exc}"}, 409)
+    except CredentialsFileError as exc:
+        return JSONResponse({"error": f"credentials not taken up: {exc}"}, 503)

@@ -57,6 +57,16 @@ class RulesVersion(BaseModel):
     source: str
 
 
+class ReplicaStatus(BaseModel):
+    """A replica alive (on SQLite, this daemon alone)."""
+
+    id: str
+    startedAt: float
+    seenAt: float  # its last heartbeat
+    share: float  # its part of the account's rate limit, 0 to 1
+    self: bool  # the daemon that answers
+
+
 class DaemonStatus(BaseModel):
     """`GET /api/v1/status`."""
 
@@ -70,6 +80,8 @@ class DaemonStatus(BaseModel):
     token: dict[str, Any]
     upstream: dict[str, Any]
     rules: RulesVersion
+    replicas: list[ReplicaStatus]
+    singletonHolder: str | None  # the replica that runs the singleton jobs
 
 
 class Redriven(BaseModel):
@@ -95,3 +107,10 @@ class Rotated(BaseModel):
 
 class RotationFailed(Error):
     rotation: Rotation
+
+
+class CredentialsReloaded(BaseModel):
+    """`POST /-/reload-credentials`: whether the saved token was new and is now in use."""
+
+    status: Literal["taken", "unchanged"]
+    lockedOut: bool

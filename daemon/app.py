@@ -153,14 +153,15 @@ async def running(
         admin = admin_app(
             token=None if admin_token is None else admin_token.get_secret_value(),
             store=store, metrics=metrics, rules=rules, rotator=rotator, client=client,
-            on_redriven=pipeline.wake, wall_clock=wall_clock, status_parts=[sweeper.status],
+            on_redriven=pipeline.wake, wall_clock=wall_clock,
+            status_parts=[sweeper.status, heartbeat.status],
             not_ready=readiness.reasons,
         )  # fmt: skip
         admin.include_router(sweep_routes(sweeper))
         admin.include_router(removal_routes(store, client, metrics, wall_clock))
         remover = _remover(settings, store, client, metrics, tuning, wall_clock)
         singletons = Leadership(
-            store.singleton_lock(),
+            store.singleton_lock(replica),
             [
                 rotator.running,
                 sweeper.running,
@@ -217,7 +218,7 @@ def vault_for(settings: Settings, store: Store | None) -> Vault | None:
             raise SettingsError(f"{PREFIX}CREDENTIALS_KEY: needs a PostgreSQL store")
         return StoreVault(store, settings.CREDENTIALS_KEY.get_secret_value())
     if settings.CREDENTIALS_FILE is not None:
-        return FileVault(settings.CREDENTIALS_FILE)
+        return FileVault(settings.CREDENTIALS_FILE, store)
     return None
 
 
@@ -243,6 +244,16 @@ async def initial_credentials(
         log.warning("the credentials file can be read by others; make it mode 0600",
                     path=str(vault.path))  # fmt: skip
     return credentials_files.merged(saved.credentials, from_environment), saved
+
+
+async def credentials_in_use(settings: Settings) -> Credentials:
+    """The credentials a command calls the service with, as `serve` would start with them:
+    the saved ones first, from the store (opened for the read) with
+    RECOVERYD_CREDENTIALS_KEY, where rotations and `recoveryd set-token` leave them."""
+    if settings.CREDENTIALS_KEY is None:
+        return (await initial_credentials(settings, None))[0]
+    async with open_store(settings.STORE, release_leases=False) as store:
+        return (await initial_credentials(settings, vault_for(settings, store)))[0]
 
 
 def check_rotation(settings: Settings, credentials: Credentials) -> None:

@@ -232,6 +232,68 @@ def rotate_token(wait: float) -> None:
         raise click.ClickException(str(exc)) from None
 
 
+@main.command("set-token")
+@click.option(
+    "--from",
+    "source",
+    metavar="FILE",
+    help="Read the token from FILE ('-': standard input): the token alone, or JSON as "
+    'the credentials file holds it ({"token": "...", "password": "..."}). Default: '
+    "RECOVERYD_TOKEN_FILE or RECOVERYD_TOKEN.",
+)
+@click.option(
+    "--no-check", is_flag=True, help="Save it without asking the service whether it works."
+)
+@click.option(
+    "--replace-unreadable",
+    is_flag=True,
+    help="Replace saved credentials that cannot be read (a lost key, a broken file) instead "
+    "of refusing.",
+)
+def set_token(source: str | None, no_check: bool, replace_unreadable: bool) -> None:
+    """Save a token (e.g. one reset in the service's console, after a lockout) where
+    recoveryd keeps its credentials: sealed into the PostgreSQL store with
+    RECOVERYD_CREDENTIALS_KEY, or in RECOVERYD_CREDENTIALS_FILE. The service is asked
+    first whether it takes the token. Refused while a token rotation is under way. A
+    running daemon (on RECOVERYD_ADMIN_LISTEN) is then asked to take it up at once.
+    Never pass the token as an argument: pipe it in with --from -. Exit status: 0 saved
+    and taken up (or no daemon running), 1 not (the reason is printed)."""
+    from daemon.account.set_token import SetTokenError, read_given
+    from daemon.account.set_token import set_token as save
+    from daemon.logs import configure_command_logging
+    from daemon.settings import SettingsError, load_settings
+
+    try:
+        required = () if no_check else ("SERVICE_URL",)
+        settings = load_settings(os.environ, require=required, daemon=False)
+        configure_command_logging(settings)
+        given = read_given(source, settings)
+        saving = save(settings, given, check=not no_check, replace_unreadable=replace_unreadable)
+        for line in asyncio.run(saving):
+            click.echo(line)
+    except (SettingsError, SetTokenError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+def reseal() -> None:
+    """Seal the credentials kept in the PostgreSQL store again, under the first of
+    RECOVERYD_CREDENTIALS_KEY's keys (comma-separated: the first seals, all open), so
+    that the others can leave the setting. Exit status: 0 resealed (or nothing saved
+    yet), 1 not (the reason is printed)."""
+    from daemon.account.reseal import ResealError
+    from daemon.account.reseal import reseal as reseal_now
+    from daemon.logs import configure_command_logging
+    from daemon.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(os.environ, daemon=False)
+        configure_command_logging(settings)
+        click.echo(asyncio.run(reseal_now(settings)))
+    except (SettingsError, ResealError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @main.command()
 @click.option("--group", help="Only the removals from this URL Group.")
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON, as the admin API does.")

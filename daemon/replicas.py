@@ -25,6 +25,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import structlog
 
@@ -65,6 +66,7 @@ class Heartbeat:
         self._supervisor = supervisor or Supervisor(metrics)
         self._last_beat = -math.inf
         self._wall_clock = wall_clock
+        self._started = wall_clock()
         self._failing = False
         self._shared = False  # whether other replicas may share the store: see running()
 
@@ -118,6 +120,35 @@ class Heartbeat:
         self._metrics.replicas.set(max(1, len(alive)))
         if self._shared and self._limiter is not None:
             self._limiter.share(*share_of(self._replica, alive))
+
+    async def status(self) -> dict[str, Any]:
+        """`/api/v1/status`'s part: the replicas alive (this daemon alone on a store of
+        its own), each with its part of the account's rate limit, and which of them holds
+        the singleton lock (runs rotation, sweeps, pruning, removals, notifications)."""
+        now = self._wall_clock()
+        if not self._store.shared:
+            alone = Replica(self._replica, self._started, now)
+            return {"replicas": [self._shown(alone, [alone])], "singletonHolder": self._replica}
+        alive = await self._store.replicas(now)
+        holder = await self._store.singleton_holder()
+        if holder is not None:
+            # The lock's session names the replica by the end of its id (63 bytes at most).
+            holder = next((member.id for member in alive if member.id.endswith(holder)), holder)
+        return {
+            "replicas": [self._shown(member, alive) for member in alive],
+            "singletonHolder": holder,
+        }
+
+    def _shown(self, member: Replica, alive: list[Replica]) -> dict[str, Any]:
+        _, members = share_of(member.id, alive)
+        return {
+            "id": member.id,
+            "startedAt": member.started_at,
+            "seenAt": member.seen_at,
+            # Whole calls a second each, so the parts may differ by one call.
+            "share": round(1 / members, 4) if members else 0.0,
+            "self": member.id == self._replica,
+        }
 
 
 def share_of(replica: str, alive: list[Replica]) -> tuple[int, int]:

@@ -57,6 +57,13 @@ class SettingsError(ValueError):
     """Settings that stop the start; `str()` is what to print, a line a problem."""
 
 
+def fernet_keys(value: str) -> list[str]:
+    """RECOVERYD_CREDENTIALS_KEY's keys, in order: the first seals, every one opens (so a
+    new key goes first, and the old one stays after it until `recoveryd reseal` has run).
+    Whitespace around each is ignored, as a file's trailing newline."""
+    return [key.strip() for key in value.split(",") if key.strip()]
+
+
 def _base_url(value: str) -> str:
     # User info in the URL would make httpx send basic auth instead of the bearer token
     # (the service refuses it), and print the password wherever the URL is logged. Any
@@ -179,18 +186,23 @@ class Settings(BaseModel):
 
     @field_validator("CREDENTIALS_KEY")
     @classmethod
-    def _fernet_key(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
+    def _fernet_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return value
+        keys = fernet_keys(value.get_secret_value())
+        if not keys:
+            raise ValueError("is set but holds no key")
+        for number, key in enumerate(keys, start=1):
             try:
-                Fernet(value.get_secret_value().strip())
+                Fernet(key)
             except ValueError:
+                which = f"key {number} of {len(keys)}" if len(keys) > 1 else "it"
                 raise ValueError(
-                    "must be a Fernet key: 32 bytes in URL-safe base64, as `python -c "
-                    "'from cryptography.fernet import Fernet; print(Fernet.generate_key()"
-                    ".decode())'` prints"
+                    f"must be a Fernet key, or several comma-separated; {which} is not one "
+                    "(32 bytes in URL-safe base64, as `python -c 'from cryptography.fernet "
+                    "import Fernet; print(Fernet.generate_key().decode())'` prints)"
                 ) from None
-            return SecretStr(value.get_secret_value().strip())
-        return value
+        return SecretStr(",".join(keys))
 
     @field_validator(*_SECRETS)
     @classmethod

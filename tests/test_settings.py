@@ -168,6 +168,21 @@ def test_rotation_on_postgresql_keeps_the_token_in_the_store() -> None:
     assert settings.CREDENTIALS_FILE is None
 
 
+def test_credentials_key_takes_several_keys_and_names_the_bad_one() -> None:
+    """The first seals, all open (MultiFernet); a bad one is named by its place, never
+    shown."""
+    other = "y" * 42 + "A="
+    settings = load_settings(environ(STORE=PG, CREDENTIALS_KEY=f" {FERNET_KEY} ,{other}\n"))
+    assert settings.CREDENTIALS_KEY is not None
+    assert settings.CREDENTIALS_KEY.get_secret_value() == f"{FERNET_KEY},{other}"
+    message = error_for(environ(STORE=PG, CREDENTIALS_KEY=f"{FERNET_KEY},not-a-key-secret"))
+    assert message.startswith("RECOVERYD_CREDENTIALS_KEY: must be a Fernet key, or several")
+    assert "key 2 of 2 is not one" in message
+    assert "not-a-key-secret" not in message
+    assert FERNET_KEY not in message
+    assert "holds no key" in error_for(environ(STORE=PG, CREDENTIALS_KEY=" , "))
+
+
 def test_unsigned_start_needs_no_signing_key_when_allowed() -> None:
     """RECOVERYD_ALLOW_UNSIGNED=true is the explicit opt-out from having a signing key."""
     settings = load_settings(environ(SIGNING_KEY_CURRENT=None, ALLOW_UNSIGNED="true"))

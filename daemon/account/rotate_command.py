@@ -66,5 +66,9 @@ async def _rotate_here(settings: Settings, wait: float) -> str:
 def _described(rotation: Rotation, settings: Settings) -> str:
     if rotation.result != "success":
         raise RotateError(f"token rotation ended in {rotation.result}: {rotation.reason}")
-    saved_to = settings.CREDENTIALS_FILE
+    saved_to = (
+        "the store, sealed with RECOVERYD_CREDENTIALS_KEY"
+        if settings.CREDENTIALS_KEY is not None
+        else settings.CREDENTIALS_FILE
+    )
     return f"token rotated (rotation {rotation.id}); credentials saved to {saved_to}"

@@ -60,14 +60,14 @@ from daemon.upstream.errors import surely_not_carried_out
 log = structlog.get_logger(__name__)
 
 LOCKOUT_HELP = (
-    "recoveryd makes no calls until a token that works is written to the credentials "
-    'file as {"token": "...", "password": "..."} (reset the token in the service\'s '
-    "console to get one); it re-reads the file while locked out, or restart it"
+    "recoveryd makes no calls until a token that works is in hand: reset the token in the "
+    "service's console and give it to `recoveryd set-token --from -` on its standard "
+    "input, which saves it to the credentials file and has the daemon take it up"
 )
 SHARED_LOCKOUT_HELP = (
     "recoveryd makes no calls until a token that works is in hand: get one from the "
-    "service's console, delete the credentials saved in the store (DELETE FROM "
-    "credentials), set RECOVERYD_TOKEN to it and restart the replicas"
+    "service's console and give it to `recoveryd set-token --from -` on its standard "
+    "input; it is sealed into the store and every replica takes it up"
 )
 
 
@@ -462,10 +462,14 @@ class Rotator:
         await self._take_saved()
 
     async def _take_saved(self) -> None:
-        saved = await self._read_saved()
+        if self._take(await self._read_saved()):
+            log.info("new credentials taken from the store (a rotation saved them)")
+
+    def _take(self, saved: Saved | None) -> bool:
+        """Use `saved` if its token is not the one in hand (a lockout ends); whether it was."""
         current = self._holder.current
         if saved is None or saved.credentials.token == current.token:
-            return
+            return False
         credentials = credentials_file.merged(saved.credentials, current)
         if self._holder.locked_out:
             self._holder.unlock(credentials)
@@ -474,8 +478,34 @@ class Rotator:
         else:
             self._holder.replace(credentials)
         self.adopt(saved.limits)
-        log.info("new credentials taken from the store (a rotation saved them)",
-                 rotation=saved.rotation)  # fmt: skip
+        return True
+
+    # -- a token an operator saved (`recoveryd set-token`) ----------------------------
+
+    async def take_saved_now(self) -> dict[str, Any]:
+        """Take up the saved credentials at once: `recoveryd set-token` asks this once it
+        has saved a token (checked with the service, unless told not to), so no check is
+        made here; a token the service refuses locks out again at its first refusal.
+        RotationRefused while a rotation or a token check is under way (the command
+        refuses to save during one too); CredentialsFileError when the saved credentials
+        cannot be read."""
+        if self._vault is None:
+            raise RotationRefused(
+                "this daemon keeps no saved credentials (RECOVERYD_CREDENTIALS_FILE or "
+                "RECOVERYD_CREDENTIALS_KEY is not set)"
+            )
+        if self._busy.locked():
+            raise RotationRefused("a rotation or a token check is under way")
+        async with self._busy:
+            was_locked_out = self._holder.locked_out
+            taken = self._take(await self._vault.read())
+            if taken and was_locked_out:
+                with contextlib.suppress(StoreUnavailable):
+                    await self._store.resolve_lockout(self._wall_clock())
+        if taken:
+            log.info("the token saved by recoveryd set-token is in use",
+                     lockout_ended=was_locked_out)  # fmt: skip
+        return {"status": "taken" if taken else "unchanged", "lockedOut": self._holder.locked_out}
 
     # -- what /api/v1/status shows --------------------------------------------------------
 

@@ -169,8 +169,14 @@ class Store(Protocol):
         (SQLite)."""
         ...
 
-    def singleton_lock(self) -> SingletonLock:
-        """A lock for the singleton jobs, not taken yet."""
+    def singleton_lock(self, replica: str | None = None) -> SingletonLock:
+        """A lock for the singleton jobs, not taken yet, for replica `replica`."""
+        ...
+
+    async def singleton_holder(self) -> str | None:
+        """Which replica holds the singleton lock of a shared store (its id, cut to 63
+        bytes from the end: store/postgres/singleton.py), None when none does; None in a
+        store of one daemon, whose lock is always its own."""
         ...
 
     async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
@@ -257,6 +263,11 @@ class Store(Protocol):
 
     async def resolve_lockout(self, now: float) -> None:
         """A token that works is in hand again: the lockout recorded, if any, is over."""
+        ...
+
+    async def unless_rotating(self, write: Callable[[], None]) -> bool:
+        """Run `write` (an operator's token saved: `recoveryd set-token`) unless a rotation
+        is under way, while none can begin; whether it ran."""
         ...
 
     async def latest_rotation(self) -> Rotation | None:

@@ -265,8 +265,11 @@ class SQLiteStore:
     async def replicas(self, now: float) -> list[Replica]:
         return []
 
-    def singleton_lock(self) -> Unshared:
+    def singleton_lock(self, replica: str | None = None) -> Unshared:
         return Unshared()
+
+    async def singleton_holder(self) -> str | None:
+        return None
 
     async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
         return await self._run(lambda c: pipeline.sends(c, dlq_ids))
@@ -366,6 +369,10 @@ class SQLiteStore:
 
     async def resolve_lockout(self, now: float) -> None:
         await self._write(lambda c: rotations.resolve_lockout(c, now))
+
+    async def unless_rotating(self, write: Callable[[], None]) -> bool:
+        # On the store's thread, inside its write lock: another process's rotation waits.
+        return await self._write(lambda c: rotations.unless_rotating(c, write))
 
     async def latest_rotation(self) -> Rotation | None:
         return await self._run(rotations.latest)

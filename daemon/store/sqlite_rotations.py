@@ -8,6 +8,7 @@ credential.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 from daemon.store.records import Rotation, RotationResult
 
@@ -68,3 +69,12 @@ def last_success_at(connection: sqlite3.Connection) -> float | None:
         "SELECT max(finished_at) FROM rotations WHERE result = 'success'"
     ).fetchone()
     return row[0] if row else None
+
+
+def unless_rotating(connection: sqlite3.Connection, write: Callable[[], None]) -> bool:
+    """Within the caller's write transaction (which no rotation can begin beside): `write`
+    when no rotation is under way, and whether it ran."""
+    if connection.execute("SELECT 1 FROM rotations WHERE result IS NULL").fetchone():
+        return False
+    write()
+    return True

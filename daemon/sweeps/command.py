@@ -3,8 +3,10 @@
 It lists the failed workflow runs the sweep's filter selects (relative dates resolved
 now) with QStash's listing, which takes the bulk calls' filters and changes nothing,
 at most `maxPerRun` of them, as one run would. It calls the service itself, with the
-daemon's settings and credentials (the credentials file first, as `serve` reads them);
-the few reads it makes count against the account's rate limit like any other call.
+daemon's settings and credentials, the saved ones first as `serve` reads them (the
+credentials file, or the store's with RECOVERYD_CREDENTIALS_KEY: where rotations and
+`recoveryd set-token` leave them); the few reads it makes count against the account's
+rate limit like any other call.
 
 Running a sweep by hand is not offered: a sweep runs on its schedule in `recoveryd
 serve`, one run at a time, recorded; a second runner beside it could overlap it.
@@ -21,6 +23,7 @@ import httpx
 
 from daemon.rules import FileError, Unreadable, load_rules
 from daemon.settings import Settings
+from daemon.store import StoreUnavailable
 from daemon.sweeps.plan import plan
 from daemon.sweeps.run import listed_pages
 from daemon.upstream import (
@@ -45,7 +48,7 @@ class SweepCommandError(Exception):
 async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[str], None]) -> None:
     """Print each entry sweep `name` would recover now, then how many; SweepCommandError
     when the rules, the sweep or the service cannot tell."""
-    from daemon.app import initial_credentials
+    from daemon.app import credentials_in_use
 
     try:
         ruleset = load_rules(rules)
@@ -56,7 +59,10 @@ async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[st
         known = ", ".join(sweep.name for sweep in ruleset.sweeps) or "none"
         raise SweepCommandError(f"{rules}: no sweep named {name!r} (sweeps: {known})")
     run = plan(spec, now=time.time(), dry_run=True)
-    credentials, _ = await initial_credentials(settings, None)
+    try:
+        credentials = await credentials_in_use(settings)
+    except StoreUnavailable as exc:
+        raise SweepCommandError(f"RECOVERYD_STORE: {exc}") from None
     async with httpx.AsyncClient(timeout=30.0) as http:
         client = ServiceClient(
             http,

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 
 from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
@@ -175,3 +176,17 @@ def test_its_warnings_go_to_stderr_as_text_and_as_json_only_when_asked(
         else:
             assert not line.startswith("{"), line
             assert "[warning  ]" in line
+
+
+def test_with_postgresql_the_new_token_is_sealed_into_the_store(
+    tmp_path: Path, service_url: str, postgres_url: str
+) -> None:
+    shared = {"STORE": postgres_url, "CREDENTIALS_KEY": Fernet.generate_key().decode()}
+    done = rotate_alone(tmp_path, service_url, tmp_path / "unused.json", CREDENTIALS_FILE="",
+                        **shared)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "token rotated (rotation 1); credentials saved to the store, sealed with "
+        "RECOVERYD_CREDENTIALS_KEY\n"
+    )
+    assert check_token(service_url, TOKEN) == 401

@@ -571,7 +571,10 @@ def test_incomplete_values_are_refused(
         ({"store": {"postgres": {"url": f"postgresql://rd:{STORE_PASSWORD} @db/recoveryd"}}},
          "store.postgres.url is not a PostgreSQL URL"),
         ({"secrets": {"credentialsKey": CREDENTIALS_KEY.rstrip("=")}},
-         "secrets.credentialsKey is not a Fernet key (32 bytes in URL-safe base64, 44 characters)"),
+         "secrets.credentialsKey is not a Fernet key, or several comma-separated (each 32 "
+         "bytes in URL-safe base64, 44 characters)"),
+        ({"secrets": {"credentialsKey": f"{CREDENTIALS_KEY},{STORE_PASSWORD}"}},
+         "secrets.credentialsKey is not a Fernet key"),
         ({"secrets": {"credentialsKey": STORE_PASSWORD}},
          "secrets.credentialsKey is not a Fernet key"),
     ],
@@ -1134,12 +1137,40 @@ def test_prometheus_rule_holds_the_alerts_files_groups(render: Render, chart_dir
 
 
 def test_dashboard_config_map_for_the_grafana_sidecar(render: Render, chart_dir: Path) -> None:
+    """The file's dashboard, made the release's own: its uid, its name in the title, its
+    namespace chosen; everything else as the file has it."""
     dashboard = only(render(VALUE_SETS["monitoring"]), "ConfigMap", f"{FULLNAME}-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["metadata"]["annotations"] == {"grafana_folder": "Platform"}
-    text = (chart_dir / "files" / "dashboard.json").read_text()
-    assert dashboard["data"] == {"recoveryd.json": text}
-    json.loads(dashboard["data"]["recoveryd.json"])
+    assert list(dashboard["data"]) == ["recoveryd.json"]
+    rendered = json.loads(dashboard["data"]["recoveryd.json"])
+    file = json.loads((chart_dir / "files" / "dashboard.json").read_text())
+    assert rendered["uid"] != file["uid"]
+    assert rendered["title"] == f"{file['title']} ({NAMESPACE}/{RELEASE})"
+    variables = {v["name"]: v for v in rendered["templating"]["list"]}
+    if "namespace" in variables:  # the stand-in dashboard has none
+        chosen = variables["namespace"].pop("current")
+        assert chosen == {"selected": True, "text": [NAMESPACE], "value": [NAMESPACE]}
+        {v["name"]: v for v in file["templating"]["list"]}["namespace"].pop("current")
+    for changed in ("uid", "title"):
+        del rendered[changed], file[changed]
+    assert rendered == file
+
+
+def test_each_release_has_a_dashboard_of_its_own(chart: helm.Chart) -> None:
+    """Grafana keeps one dashboard a uid: two releases (two names, or one name in two
+    namespaces) must not overwrite each other's. The uid fits Grafana's 40 characters."""
+    uids = set()
+    for name, namespace in (("rd", "a"), ("other", "a"), ("rd", "b"), ("x" * 53, "y" * 63)):
+        output = chart.render(VALUE_SETS["monitoring"], name=name, namespace=namespace)
+        (dashboard,) = [
+            m for m in manifests_of(output)
+            if m["kind"] == "ConfigMap" and m["metadata"]["name"].endswith("-dashboard")
+        ]  # fmt: skip
+        uid = json.loads(dashboard["data"]["recoveryd.json"])["uid"]
+        assert len(uid) <= 40
+        uids.add(uid)
+    assert len(uids) == 4
 
 
 def test_dashboard_sidecar_label_is_configurable(render: Render) -> None:

@@ -38,6 +38,7 @@ GRAFANA_VARIABLES = {
     "__rate_interval": "10s",
     "__interval": "1s",
     "__range": "1m",
+    "namespace": ".*",
     "instance": ".*",
 }
 # Alerts a daemon that recovered work, with a few refused calls on the way, must not
@@ -149,6 +150,19 @@ def test_the_dashboard_queries_recoveryds_metrics_per_grafana_variables() -> Non
     for title, _, expr in targets:
         windows = set(re.findall(r"\[([^\]]+)\]", expr))
         assert windows <= {"$__rate_interval", "$__range"}, (title, expr)
+        # Every selector keeps to the namespace and the instances chosen (one release's
+        # replicas), so that two releases on one Prometheus are told apart.
+        for selector in re.findall(r"\brecoveryd_\w+(\{[^}]*\})?", expr):
+            assert 'namespace=~"$namespace", instance=~"$instance"' in selector, (title, expr)
+    # The instances offered are those of the namespaces chosen.
+    assert (
+        variables["namespace"]["query"]["query"] == "label_values(recoveryd_rules_info, namespace)"
+    )
+    assert variables["instance"]["query"]["query"] == (
+        'label_values(recoveryd_rules_info{namespace=~"$namespace"}, instance)'
+    )
+    assert variables["namespace"]["includeAll"] is True
+    assert variables["namespace"]["allValue"] == ".*"  # outside Kubernetes: no such label
     named = metric_names(" ".join(expr for _, _, expr in targets) + ALERTS.read_text())
     assert named - exported_metrics() == set()
 

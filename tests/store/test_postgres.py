@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Iterator
 
 import psycopg
@@ -31,6 +32,7 @@ from tests.store.support import (
     retried,
     settled,
 )
+from tests.support import eventually
 
 NOW = 2_000.0
 DAY = 86_400.0
@@ -259,3 +261,32 @@ async def test_the_server_going_away_makes_the_store_unavailable_until_it_is_bac
             assert claimed == {f"d-{number}" for number in range(20)} - leased | {"after"}
             assert await store.get_callback("during") is None
             assert store.problems() == []
+
+
+async def test_no_rotation_begins_while_an_operators_token_is_saved(database: OpenStore) -> None:
+    """`recoveryd set-token` saves under a lock that a rotation's record waits on: the
+    rotation begins once the token is saved (its reset then replaces it, and its save
+    wins), never between the check and the save; once one is under way, none is saved."""
+    async with replicas(database, 2) as (saving, rotating):
+        entered, release = threading.Event(), threading.Event()
+
+        def write() -> None:  # the credentials file's write, held
+            entered.set()
+            release.wait(30)
+
+        saved = asyncio.create_task(saving.unless_rotating(write))
+        assert await asyncio.to_thread(entered.wait, 30)
+        begun = asyncio.create_task(rotating.begin_rotation(NOW))
+        waiting = (
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'rotations'::regclass"
+        )
+        await eventually(lambda: database.query(waiting) == [(1,)], what="the rotation, waiting")
+        assert not begun.done()
+        release.set()
+        assert await saved is True
+        assert await begun is not None
+
+        def refused() -> None:
+            raise AssertionError("saved while a rotation is under way")
+
+        assert await saving.unless_rotating(refused) is False

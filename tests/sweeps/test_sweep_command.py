@@ -10,11 +10,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 
 from daemon.emulator import create_app
 from daemon.serving import serve_in_thread
 from tests.processes import environ
-from tests.support import emulator_config
+from tests.support import PASSWORD, TOKEN, USERNAME, emulator_config
 from tests.sweeps.support import interleaved, matching, not_matching, split, sweep_rules
 
 
@@ -31,10 +32,13 @@ def seed(service_url: str, selected: int) -> tuple[list[str], list[str]]:
     return split(response.json()["dlqIds"], messages)
 
 
-def sweep(tmp_path: Path, service_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def sweep(
+    tmp_path: Path, service_url: str, *args: str, **settings: str
+) -> subprocess.CompletedProcess[str]:
+    rules = str(tmp_path / "rules.yaml")
     return subprocess.run(
         [sys.executable, "-m", "daemon", "sweep", *args],
-        env=environ(tmp_path, SERVICE_URL=service_url, RULES=str(tmp_path / "rules.yaml")),
+        env=environ(tmp_path, SERVICE_URL=service_url, RULES=rules, **settings),
         capture_output=True,
         text=True,
         timeout=60,
@@ -102,3 +106,37 @@ def test_an_unknown_sweep_is_named_with_the_known_ones(tmp_path: Path, service_u
     assert result.returncode == 1
     assert "no sweep named 'nightly' (sweeps: restart-billing)" in result.stderr
     assert journal(service_url) == []
+
+
+def test_dry_run_calls_with_the_token_a_rotation_sealed_into_the_store(
+    tmp_path: Path, service_url: str, postgres_url: str
+) -> None:
+    """With PostgreSQL, rotations keep the token in the store: RECOVERYD_TOKEN is stale
+    after the first one, and the command uses the store's, as `serve` does."""
+    (tmp_path / "rules.yaml").write_text(sweep_rules("1h"))
+    selected, _ = seed(service_url, 3)
+    shared = {"STORE": postgres_url, "CREDENTIALS_KEY": Fernet.generate_key().decode()}
+    rotated = subprocess.run(
+        [sys.executable, "-m", "daemon", "rotate-token", "--timeout", "20s"],
+        env=environ(
+            tmp_path,
+            SERVICE_URL=service_url,
+            ACCOUNT_USERNAME=USERNAME,
+            ACCOUNT_PASSWORD=PASSWORD,
+            **shared,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert rotated.returncode == 0, rotated.stderr
+    stale = httpx.get(f"{service_url}/v2/dlq/x", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert stale.status_code == 401
+
+    result = sweep(tmp_path, service_url, "restart-billing", "--dry-run", **shared)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "3 workflow run(s) would be restarted by sweep restart-billing"
+    )
+    assert {line.split()[0] for line in result.stdout.splitlines()[1:-1]} == set(selected)

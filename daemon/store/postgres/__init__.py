@@ -31,6 +31,7 @@ from daemon.store.postgres import (
     pipeline,
     retention,
     rotations,
+    singleton,
     sweeps,
 )
 from daemon.store.postgres import replicas as members
@@ -233,8 +234,11 @@ class PostgresStore:
 
     # -- replicas (replicas.py, singleton.py) ------------------------------------
 
-    def singleton_lock(self) -> AdvisoryLock:
-        return AdvisoryLock(self._url)
+    def singleton_lock(self, replica: str | None = None) -> AdvisoryLock:
+        return AdvisoryLock(self._url, name=replica)
+
+    async def singleton_holder(self) -> str | None:
+        return await self._run(singleton.holder)
 
     async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
         return await self._write(lambda c: members.heartbeat(c, replica, lease, now))
@@ -347,6 +351,29 @@ class PostgresStore:
 
     async def save_credentials(self, sealed: bytes, rotation: int | None, now: float) -> None:
         await self._write(lambda c: rotations.save_credentials(c, sealed, rotation, now))
+
+    async def replace_credentials(self, sealed: bytes, now: float) -> bool:
+        """Save `sealed` (an operator's token) unless a rotation is under way."""
+
+        async def replace(connection: Connection) -> bool:
+            if not await rotations.hold_rotations(connection):
+                return False
+            await rotations.save_credentials(connection, sealed, None, now)
+            return True
+
+        return await self._write(replace)
+
+    async def reseal_credentials(self, rewrite: Callable[[bytes], bytes], now: float) -> bool:
+        return await self._write(lambda c: rotations.reseal_credentials(c, rewrite, now))
+
+    async def unless_rotating(self, write: Callable[[], None]) -> bool:
+        async def hold(connection: Connection) -> bool:
+            if not await rotations.hold_rotations(connection):
+                return False
+            await asyncio.to_thread(write)  # a file's write and fsync, off the event loop
+            return True
+
+        return await self._write(hold)
 
     async def latest_rotation(self) -> Rotation | None:
         return await self._run(rotations.latest)

@@ -8,6 +8,8 @@ under way, and both begin one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from daemon.store.postgres.db import Connection
 from daemon.store.records import Rotation, RotationResult
 
@@ -84,3 +86,27 @@ async def save_credentials(
         "saved_at = excluded.saved_at",
         (sealed, rotation, now),
     )
+
+
+async def hold_rotations(connection: Connection) -> bool:
+    """Within the caller's transaction: keep any rotation from beginning until it ends
+    (a rotation's insert waits on the lock), and whether none is under way now."""
+    await connection.execute("LOCK TABLE rotations IN SHARE ROW EXCLUSIVE MODE")
+    cursor = await connection.execute("SELECT 1 FROM rotations WHERE result IS NULL")
+    return await cursor.fetchone() is None
+
+
+async def reseal_credentials(
+    connection: Connection, rewrite: Callable[[bytes], bytes], now: float
+) -> bool:
+    """Within the caller's transaction: the saved row sealed again by `rewrite`, locked
+    meanwhile so that a rotation's save waits (and then wins); False when there is none."""
+    cursor = await connection.execute("SELECT sealed FROM credentials WHERE id = 1 FOR UPDATE")
+    row = await cursor.fetchone()
+    if row is None:
+        return False
+    await connection.execute(
+        "UPDATE credentials SET sealed = %s, saved_at = %s WHERE id = 1",
+        (rewrite(bytes(row[0])), now),
+    )
+    return True

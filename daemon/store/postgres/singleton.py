@@ -18,14 +18,25 @@ import psycopg
 from psycopg import conninfo
 
 from daemon.store import StoreUnavailable
+from daemon.store.postgres.db import Connection
 
 # "rcvdjobs" in ASCII.
 SINGLETON_LOCK = 0x726376646A6F6273
 
 
 class AdvisoryLock:
-    def __init__(self, url: str, *, connect_timeout: float = 5.0, check_timeout: float = 3.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str | None = None,
+        connect_timeout: float = 5.0,
+        check_timeout: float = 3.0,
+    ):
+        """`name`, the replica's id, is its session's application_name: `holder` finds
+        it there."""
         self._url = url
+        self._name = name
         self._connect_timeout = connect_timeout
         self._check_timeout = check_timeout
         self._connection: psycopg.AsyncConnection[tuple[object, ...]] | None = None
@@ -36,9 +47,10 @@ class AdvisoryLock:
         try:
             async with asyncio.timeout(self._connect_timeout + self._check_timeout):
                 if self._connection is None or self._connection.closed:
+                    named = {} if self._name is None else {"application_name": _shown(self._name)}
                     self._connection = await psycopg.AsyncConnection.connect(
                         conninfo.make_conninfo(self._url, keepalives=1, keepalives_idle=5,
-                                               keepalives_interval=2, keepalives_count=3),
+                                               keepalives_interval=2, keepalives_count=3, **named),
                         autocommit=True, connect_timeout=max(1, int(self._connect_timeout)),
                     )  # fmt: skip
                     # The server's side of the keepalives: it frees the lock of a holder
@@ -83,3 +95,24 @@ class AdvisoryLock:
             with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
                 async with asyncio.timeout(self._check_timeout):
                     await connection.close()
+
+
+async def holder(connection: Connection) -> str | None:
+    """The application_name of the session holding the lock in this database (a
+    replica's id, as `_shown` cut it), or None when no session holds it."""
+    cursor = await connection.execute(
+        "SELECT a.application_name FROM pg_locks AS l "
+        "JOIN pg_stat_activity AS a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND l.classid::bigint = %s AND l.objid::bigint = %s",
+        (SINGLETON_LOCK >> 32, SINGLETON_LOCK & 0xFFFFFFFF),
+    )
+    row = await cursor.fetchone()
+    return None if row is None else str(row[0])
+
+
+def _shown(name: str) -> str:
+    # PostgreSQL keeps 63 bytes of an application_name: the end of an id (its pid and
+    # nonce) tells replicas apart, a long host name's start does not.
+    return name.encode()[-63:].decode(errors="ignore")

@@ -145,8 +145,9 @@ change. Included by the Deployment, so that every render runs them.
 {{- if and (not $pg.existingSecret) (has $pg.key (values $s.keys)) }}
 {{- fail (printf "store.postgres.key %q is also the key of another secret in secrets.keys: the URL shares their Secret, so give it a key of its own" $pg.key) }}
 {{- end }}
-{{- if and $s.credentialsKey (not (regexMatch `^[-_+/A-Za-z0-9]{43}=$` (trim $s.credentialsKey))) }}
-{{- fail "secrets.credentialsKey is not a Fernet key (32 bytes in URL-safe base64, 44 characters); generate one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`" }}
+{{- /* One Fernet key, or several comma-separated (the first seals, all open: a key change). */}}
+{{- if and $s.credentialsKey (not (regexMatch `^[-_+/A-Za-z0-9]{43}=( *, *[-_+/A-Za-z0-9]{43}=)*$` (trim $s.credentialsKey))) }}
+{{- fail "secrets.credentialsKey is not a Fernet key, or several comma-separated (each 32 bytes in URL-safe base64, 44 characters); generate one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`" }}
 {{- end }}
 {{- if and .Values.config.rotateSchedule (not $s.existingSecret) (not $s.credentialsKey) }}
 {{- fail "config.rotateSchedule with store.type postgres needs secrets.credentialsKey: the rotated token is kept in the store, sealed with this key, so that every replica reads it; generate one with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`" }}
