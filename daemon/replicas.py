@@ -124,6 +124,7 @@ class Heartbeat:
         self._last_beat = -math.inf
         self._wall_clock = wall_clock
         self._clock = clock
+        self._began = -math.inf  # when the last beat began (monotonic)
         self._failing = False
         self._shared = False  # whether other replicas may share the store: see running()
 
@@ -149,7 +150,9 @@ class Heartbeat:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._lease / 3)
+            # A beat a third of the lease after the last one began, however long that one
+            # took: the fence counts from when a beat begins.
+            await asyncio.sleep(max(0.0, self._began + self._lease / 3 - self._clock()))
             try:
                 await self._beat()
             except StoreUnavailable as exc:
@@ -166,6 +169,7 @@ class Heartbeat:
 
     async def _beat(self) -> None:
         now, began = self._wall_clock(), self._clock()
+        self._began = began
         gone = await self._store.heartbeat(self._replica, self._lease, now)
         self._failing = False
         self._last_beat = now

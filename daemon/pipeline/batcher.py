@@ -361,8 +361,9 @@ class Batcher:
         `gone` (left the DLQ before the call, as a read would have found: with
         RECOVERYD_FETCH=needed none was made); some, all `done`, with the count in the
         batch's reason, as the answer cannot say which were passed over. No run after
-        an earlier attempt that may have acted (its answer lost, the client tried again)
-        says nothing: that attempt may have recovered them all, so they are `done`."""
+        an earlier attempt that may have acted would say nothing (that attempt may have
+        recovered them all, so they would be `done`); the client makes no such repeat
+        of a bulk call, but the record keeps to what it can tell."""
         named = len(record.dlq_ids)
         if not runs and all(_refused(call) for call in calls[:-1]):
             reason = "not in the DLQ when the bulk call named it: the service recovered none"
