@@ -37,7 +37,7 @@ from daemon.pipeline import Pipeline, Tuning
 from daemon.pipeline.calls import observer
 from daemon.public_api import document as public_openapi
 from daemon.public_api import openapi_route
-from daemon.replicas import Heartbeat, replica_id
+from daemon.replicas import Heartbeat, LeaseFence, replica_id
 from daemon.retention import Retention
 from daemon.rules.live import LiveRules
 from daemon.settings import PREFIX, Settings, SettingsError
@@ -116,13 +116,16 @@ async def running(
         )  # fmt: skip
         client.on_breaker_change = _breaker_watch(metrics)
         replica = replica_id()
+        fence = LeaseFence(settings.REPLICA_LEASE, shared=store.shared)
         pipeline = Pipeline(
             store, client, rules, metrics, dry_run=settings.DRY_RUN, fetch=settings.FETCH,
-            replica=replica, tuning=tuning, supervisor=supervisor, wall_clock=wall_clock,
+            replica=replica, fence=fence, tuning=tuning, supervisor=supervisor,
+            wall_clock=wall_clock,
         )  # fmt: skip
         heartbeat = Heartbeat(
             store, replica, metrics, lease=settings.REPLICA_LEASE, limiter=client.limiter,
-            on_gone=pipeline.replicas_gone, supervisor=supervisor, wall_clock=wall_clock,
+            fence=fence, on_gone=pipeline.replicas_gone, supervisor=supervisor,
+            wall_clock=wall_clock,
         )  # fmt: skip
         retention = Retention(
             store, metrics, keep=settings.RETENTION, dlq_retention=rotator.dlq_retention,

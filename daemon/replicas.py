@@ -13,6 +13,13 @@ limit. A part only grows once every other replica has beaten since the last one 
 (and so knows of it): until then a replica that joined sends nothing, and the others
 keep to the smallest part. A replica whose heartbeat fails for half its lease gives its
 part up, since the others may soon count it gone and take it.
+
+The same half lease fences what it sends (`LeaseFence`): the store's checks (a batch's
+owner, a lease's) are made before a call, and a call's client may retry for longer than
+a lease (its retry budget is 120 s). So every attempt of a batch's call also asks the
+fence, which holds only while the lease this replica last renewed has half of it left,
+and only in the term the batch was marked in: once the lease may have lapsed, the
+replica stops sending for the batches it held until the store says again which are its.
 """
 
 from __future__ import annotations
@@ -44,6 +51,53 @@ def replica_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+class LeaseFence:
+    """Whether this replica may still send for the work it holds in a shared store.
+
+    The heartbeat tells it of each renewal (`renewed`, with the monotonic time the beat
+    began: the store counts the lease from then). It holds until half the lease has
+    passed since the last renewal, within one term: a renewal that comes after it stopped
+    holding starts a new term, since other replicas may have taken the work meanwhile
+    (they do after a whole lease, by their own clocks: the other half is the margin for
+    those clocks and for a call that was just let go). A store that is not shared has
+    no one to take the work: its fence always holds.
+    """
+
+    def __init__(
+        self, lease: float, *, shared: bool = True, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._half = lease / 2
+        self._shared = shared
+        self._clock = clock
+        self._renewed = -math.inf
+        self._term = 0
+        self._renewal = asyncio.Event()
+
+    def renewed(self, at: float) -> None:
+        """A heartbeat that began at `at` (monotonic) was recorded in the store."""
+        if at > self._renewed + self._half:  # it had stopped holding: a new term
+            self._term += 1
+        self._renewed = max(self._renewed, at)
+        self._renewal.set()
+        self._renewal = asyncio.Event()
+
+    def term(self) -> int | None:
+        """The term to send in, while the fence holds; None when it does not."""
+        return self._term if self.holds(self._term) else None
+
+    def holds(self, term: int) -> bool:
+        """Whether something begun in `term` may still be sent: asked before every attempt."""
+        if not self._shared:
+            return True
+        return term == self._term and self._clock() <= self._renewed + self._half
+
+    async def renewal(self, at_most: float) -> None:
+        """Return at the next renewal, or after `at_most` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(at_most):
+                await self._renewal.wait()
+
+
 class Heartbeat:
     def __init__(
         self,
@@ -53,20 +107,26 @@ class Heartbeat:
         *,
         lease: float = 30.0,
         limiter: RateLimiter | None = None,
+        fence: LeaseFence | None = None,
         on_gone: Callable[[list[str]], None] = lambda gone: None,
         supervisor: Supervisor | None = None,
         wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`fence` is told of every renewal, timed by `clock`."""
         self._store = store
         self._replica = replica
         self._metrics = metrics
         self._lease = lease
         self._limiter = limiter
+        self._fence = fence
         self._on_gone = on_gone
         self._supervisor = supervisor or Supervisor(metrics)
         self._last_beat = -math.inf
         self._wall_clock = wall_clock
         self._started = wall_clock()
+        self._clock = clock
+        self._began = -math.inf  # when the last beat began (monotonic)
         self._failing = False
         self._shared = False  # whether other replicas may share the store: see running()
 
@@ -92,7 +152,9 @@ class Heartbeat:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._lease / 3)
+            # A beat a third of the lease after the last one began, however long that one
+            # took: the fence counts from when a beat begins.
+            await asyncio.sleep(max(0.0, self._began + self._lease / 3 - self._clock()))
             try:
                 await self._beat()
             except StoreUnavailable as exc:
@@ -108,10 +170,13 @@ class Heartbeat:
                     self._limiter.share(0, 0)
 
     async def _beat(self) -> None:
-        now = self._wall_clock()
+        now, began = self._wall_clock(), self._clock()
+        self._began = began
         gone = await self._store.heartbeat(self._replica, self._lease, now)
         self._failing = False
         self._last_beat = now
+        if self._fence is not None:
+            self._fence.renewed(began)
         if gone:
             log.warning("replicas gone; their leases and batches are taken up",
                         replicas=gone)  # fmt: skip

@@ -1,76 +1,88 @@
-"""`/api/v1/status` on the replicas: on SQLite the one daemon, holding the singleton lock;
-on PostgreSQL every replica alive with its part of the rate limit and the one that holds
-the lock, as two `recoveryd serve` processes see each other, and after the holder dies."""
+"""The lease fence: a replica sends for the work it holds only while the lease it last
+renewed has half of it left, and only in the term the work was marked in."""
 
 from __future__ import annotations
 
-import signal
-import time
-from contextlib import ExitStack
-from pathlib import Path
-from typing import Any
+import asyncio
 
-import httpx
+from daemon.replicas import LeaseFence
 
-from tests.processes import Served, serving
-from tests.support import wait_for
+LEASE = 30.0
 
 
-def status(served: Served) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5).json()
-    return answer
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def holding(served: Served) -> bool:
-    text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
-    return "\nrecoveryd_singleton_jobs_running 1.0\n" in text
+def test_nothing_is_sent_before_the_first_renewal() -> None:
+    fence = LeaseFence(LEASE, clock=Clock())
+    assert fence.term() is None
+    assert not fence.holds(0)
 
 
-def test_on_sqlite_the_one_daemon_is_the_replica_and_holds_the_lock(tmp_path: Path) -> None:
-    before = time.time()
-    with serving(tmp_path) as served:
-        answer = status(served)
-    [replica] = answer["replicas"]
-    assert replica["self"] is True
-    assert replica["share"] == 1.0
-    assert before <= replica["startedAt"] <= replica["seenAt"] <= time.time()
-    assert answer["singletonHolder"] == replica["id"]
+def test_the_fence_holds_for_half_the_lease_from_the_beat() -> None:
+    """Counted from when the beat began (the store counts the lease from then)."""
+    clock = Clock()
+    fence = LeaseFence(LEASE, clock=clock)
+    fence.renewed(clock.now - 2)  # a beat that took 2 s
+    term = fence.term()
+    assert term is not None
+    clock.now += LEASE / 2 - 2
+    assert fence.holds(term)
+    clock.now += 0.01
+    assert not fence.holds(term)
+    assert fence.term() is None
 
 
-def test_on_postgresql_every_replica_its_share_and_the_lock_holder(
-    tmp_path: Path, postgres_url: str
-) -> None:
-    settings = {"STORE": postgres_url, "REPLICA_LEASE": "3s"}
-    with ExitStack() as running:
-        replicas = []
-        for name in ("a", "b"):
-            (tmp_path / name).mkdir()
-            replicas.append(running.enter_context(serving(tmp_path / name, **settings)))
+def test_renewals_in_time_keep_the_term() -> None:
+    """A beat every third of the lease: one term, for as long as they come."""
+    clock = Clock()
+    fence = LeaseFence(LEASE, clock=clock)
+    fence.renewed(clock.now)
+    term = fence.term()
+    for _ in range(10):
+        clock.now += LEASE / 3
+        fence.renewed(clock.now)
+        assert fence.holds(term or -1)
+    assert fence.term() == term
 
-        def both_known() -> bool:
-            return all(len(status(served)["replicas"]) == 2 for served in replicas)
 
-        wait_for(both_known, what="the replicas to see each other")
-        wait_for(lambda: any(holding(served) for served in replicas), what="a lock holder")
-        answers = [status(served) for served in replicas]
-        ids = [[r["id"] for r in answer["replicas"]] for answer in answers]
-        assert ids[0] == ids[1]  # the same two, in the same order
-        mine = [next(r["id"] for r in answer["replicas"] if r["self"]) for answer in answers]
-        assert sorted(mine) == sorted(ids[0])
-        for answer in answers:
-            assert [r["share"] for r in answer["replicas"]] in ([0.5, 0.5], [0.5, 0.0], [0.0, 0.5])
-        (leader,) = [served for served in replicas if holding(served)]
-        leader_id = mine[replicas.index(leader)]
-        assert {answer["singletonHolder"] for answer in answers} == {leader_id}
-        wait_for(
-            lambda: all(r["share"] == 0.5 for r in status(replicas[0])["replicas"]),
-            what="the limit shared out",
-        )
+def test_a_renewal_after_a_lapse_ends_the_term() -> None:
+    """Frozen (SIGSTOP) or cut off past half the lease: other replicas may have taken its
+    batches, so what was marked before the lapse is not sent, even once it beats again."""
+    clock = Clock()
+    fence = LeaseFence(LEASE, clock=clock)
+    fence.renewed(clock.now)
+    before = fence.term()
+    assert before is not None
+    clock.now += 2 * LEASE
+    fence.renewed(clock.now)
+    assert not fence.holds(before)
+    after = fence.term()
+    assert after is not None
+    assert after != before
+    assert fence.holds(after)
 
-        leader.stop(signal.SIGKILL)
-        (other,) = [served for served in replicas if served is not leader]
-        other_id = mine[replicas.index(other)]
-        wait_for(lambda: status(other)["singletonHolder"] == other_id, what="the lock taken over")
-        wait_for(lambda: len(status(other)["replicas"]) == 1, what="the dead replica gone")
-        [alone] = status(other)["replicas"]
-        assert alone == {**alone, "id": other_id, "share": 1.0, "self": True}
+
+def test_a_store_of_one_daemon_always_holds() -> None:
+    """SQLite: no other replica can take the work, whatever the heartbeat does."""
+    clock = Clock()
+    fence = LeaseFence(LEASE, shared=False, clock=clock)
+    assert fence.term() == 0
+    clock.now += 10 * LEASE
+    assert fence.holds(0)
+
+
+async def test_a_wait_for_a_renewal_returns_when_it_comes() -> None:
+    clock = Clock()
+    fence = LeaseFence(LEASE, clock=clock)
+    waiting = asyncio.create_task(fence.renewal(at_most=30.0))
+    await asyncio.sleep(0)
+    fence.renewed(clock.now)
+    async with asyncio.timeout(5):
+        await waiting
+    await fence.renewal(at_most=0.01)  # none comes: back after the time given

@@ -47,6 +47,9 @@ class EmulatorConfig:
     callback_retries: int = 3
     # Resumed/restarted runs are delivered to their workflow URL; off = only recorded.
     execute_runs: bool = True
+    # A bulk call naming a dlqId not in the DLQ is refused with 400 (a stricter service);
+    # off, such dlqIds are skipped silently (QStash).
+    refuse_gone_dlq_ids: bool = False
     generated: frozenset[str] = field(default=frozenset(), init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +88,12 @@ class EmulatorConfig:
                 raise ValueError(f"{variable} must be a positive integer, got {value!r}")
             return int(value) if value else None
 
+        def switch(variable: str) -> bool:
+            value = text(variable, "false").lower()
+            if value not in ("true", "false"):
+                raise ValueError(f"{variable} must be true or false, got {value!r}")
+            return value == "true"
+
         return cls(
             token=text("EMULATOR_TOKEN"),
             username=text("EMULATOR_USERNAME", DEFAULT_USERNAME),
@@ -94,4 +103,5 @@ class EmulatorConfig:
             header_prefix=text("EMULATOR_HEADER_PREFIX", DEFAULT_HEADER_PREFIX),
             max_requests_per_second=limit("EMULATOR_MAX_RPS"),
             max_requests_per_day=limit("EMULATOR_MAX_REQUESTS_PER_DAY"),
+            refuse_gone_dlq_ids=switch("EMULATOR_REFUSE_GONE_DLQ_IDS"),
         )

@@ -21,7 +21,8 @@ Lists are answered as plain JSON arrays.
   `{"kind", "times": 1, "paths": [], ...}`, kinds `status` (`status`: 503, `retryAfter`?),
   `latency` (`seconds`: 0.5), `drop`, `rate_limit` (`limit`?, `retryAfter`?, `headers`: true;
   false sends no `Burst-RateLimit-*` header at all), `malformed`, `corrupt_gzip`
-  (`carriedOut`: true; see `faults.FaultSpec`). A `corrupt_gzip` call is journaled with
+  (`carriedOut`: true), `lost_answer` (`status`, or `reset`: true; see
+  `faults.FaultSpec`). A `corrupt_gzip` or `lost_answer` call is journaled with
   `"carriedOut"`: whether the service acted on it.
 * `POST /_emulator/outage` `{"mode": "503"|"drop"|"hang" = "503", "seconds"?: S,
   "retryAfter"?: S}` -> the outage: every service call (account endpoint included) is
@@ -37,6 +38,10 @@ Lists are answered as plain JSON arrays.
   "max_requests_per_day"?: N|null}` (a field left out is kept; null lifts the limit) ->
   `{"max_requests_per_second", "max_requests_per_day", "username", "rotations"}` (never a
   credential).
+* `GET /_emulator/behaviour` / `POST /_emulator/behaviour` `{"refuseGoneDlqIds"?: bool}`
+  -> `{"refuseGoneDlqIds"}`: whether a bulk resume/restart naming a dlqId that is not in
+  the DLQ is refused with 400 (a stricter service than QStash) rather than the dlqId
+  skipped silently (the default, `EmulatorConfig.refuse_gone_dlq_ids`).
 * `GET /_emulator/stats` -> `{"rate_limited", "daily_used", "max_requests_in_window",
   "calls"}`: 429s sent, calls spent of today's budget, most rate-limited calls that arrived
   in one window, and those calls in all.
@@ -190,6 +195,29 @@ async def set_account(body: AccountSettings, emulator: EmulatorDep) -> JSONRespo
     for name in body.model_fields_set:
         setattr(emulator, name, getattr(body, name))
     return JSONResponse(_account_settings(emulator))
+
+
+class Behaviour(BaseModel):
+    """How strict the service is; a field left out keeps its value."""
+
+    model_config = ConfigDict(extra="forbid")
+    refuseGoneDlqIds: bool = False  # the control API spells it so
+
+
+def _behaviour(emulator: Emulator) -> dict[str, Any]:
+    return {"refuseGoneDlqIds": emulator.refuse_gone_dlq_ids}
+
+
+@control.get("/behaviour")
+async def read_behaviour(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse(_behaviour(emulator))
+
+
+@control.post("/behaviour")
+async def set_behaviour(body: Behaviour, emulator: EmulatorDep) -> JSONResponse:
+    if "refuseGoneDlqIds" in body.model_fields_set:
+        emulator.refuse_gone_dlq_ids = body.refuseGoneDlqIds
+    return JSONResponse(_behaviour(emulator))
 
 
 @control.get("/stats")

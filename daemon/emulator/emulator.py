@@ -116,6 +116,9 @@ class Emulator:
         self.outage = Outage()
         self.background = Background()
         self.rate_limited = 0
+        # Refuse (400) a bulk call naming dlqIds not in the DLQ, as a stricter service
+        # would; off, they are skipped silently.
+        self.refuse_gone_dlq_ids = config.refuse_gone_dlq_ids
         self._given_client = http_client
         self._own_client: httpx.AsyncClient | None = None
         self.courier = Courier(
@@ -185,6 +188,7 @@ class Emulator:
         self.limiter.reset(self.config.max_requests_per_second)
         self.daily.reset(self.config.max_requests_per_day)
         self.rate_limited = 0
+        self.refuse_gone_dlq_ids = self.config.refuse_gone_dlq_ids
         self.account = self._new_account()
 
     def stats(self) -> dict[str, int]:
@@ -246,8 +250,14 @@ class Emulator:
     ) -> tuple[list[Run], str]:
         """Take the selected entries out of the DLQ and start a new run for each.
 
-        No await in here: two concurrent bulk calls can never take the same entry.
+        No await in here: two concurrent bulk calls can never take the same entry. With
+        `refuse_gone_dlq_ids`, a call naming a dlqId that is not in the DLQ is refused
+        (400) and changes nothing.
         """
+        if self.refuse_gone_dlq_ids:
+            gone = [dlq_id for dlq_id in query.dlq_ids if dlq_id not in self.store.dlq]
+            if gone:
+                raise BadRequest(f"dlqIds not in the DLQ: {', '.join(gone[:10])}")
         batch = select_batch(self.store.entries(), query, newest_seq=self.store.last_seq)
         now = self.now_ms()
         runs = [self._start_run(entry, mode, overrides, now) for entry in batch.entries]

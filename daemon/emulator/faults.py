@@ -8,7 +8,9 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-FaultKind = Literal["status", "latency", "drop", "rate_limit", "malformed", "corrupt_gzip"]
+FaultKind = Literal[
+    "status", "latency", "drop", "rate_limit", "malformed", "corrupt_gzip", "lost_answer"
+]
 
 # A gzip header, then a deflate block of the reserved type 11: zlib refuses it at once, so
 # httpx raises `DecodingError`. (A merely truncated stream would not do: httpx flushes the
@@ -35,11 +37,14 @@ class FaultSpec(BaseModel):
     `DecodingError` reading it; with `carriedOut` (the default) the service acts on the
     call first and the answer keeps its status (a proxy mangling the real answer: the
     operation WAS carried out), without it the call is answered 200 and the service does
-    nothing (the outcome a client cannot tell from the first). `headers: false`: the
-    answer carries no `Burst-RateLimit-*` header, neither the fault's nor the account
-    limit's (a 429 that says nothing but, optionally, `Retry-After`). Applies to the
-    next `times` service calls whose path starts with one of `paths` (every service call
-    when empty).
+    nothing (the outcome a client cannot tell from the first). `lost_answer`: the
+    service carries the call out (unless a limit refuses it) and its answer is lost on
+    the way back: the client gets `status` instead (504, say: a proxy that gave up
+    waiting), or with `reset` the connection is closed without an answer. `headers:
+    false`: the answer carries no `Burst-RateLimit-*` header, neither the fault's nor
+    the account limit's (a 429 that says nothing but, optionally, `Retry-After`).
+    Applies to the next `times` service calls whose path starts with one of `paths`
+    (every service call when empty).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -51,6 +56,7 @@ class FaultSpec(BaseModel):
     limit: int | None = Field(None, ge=1)
     headers: bool = True
     carriedOut: bool = True  # the control API spells it so
+    reset: bool = False
     times: int = Field(1, ge=1)
     paths: tuple[str, ...] = ()
 

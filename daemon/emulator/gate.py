@@ -11,7 +11,7 @@ from daemon.emulator.emulator import Emulator
 from daemon.emulator.errors import error_response
 from daemon.emulator.faults import CORRUPT_GZIP, ConnectionDropped, FaultSpec
 from daemon.emulator.journal import Call, new_call
-from daemon.emulator.outage import ServiceDown
+from daemon.emulator.outage import ServiceDown, cut_connection
 from daemon.emulator.ratelimit import CallLimits, burst_headers
 
 CONTROL_PREFIX = "/_emulator"
@@ -119,7 +119,7 @@ class ServiceGate:
                 # (A call over a limit is refused before the service, so not carried out.)
                 call.carried_out = limits.refusal is None
                 answer = _corrupting(send_journaled)
-            elif await self._fault(fault, scope, for_app, send_journaled, call):
+            elif await self._fault(fault, scope, for_app, send_journaled, call, limits, receive):
                 return
         refusal = limits.admit(emulator.daily)
         if refusal is not None:
@@ -127,10 +127,45 @@ class ServiceGate:
             return
         await self.app(scope, for_app, answer)
 
+    async def _lose_answer(
+        self,
+        fault: FaultSpec,
+        limits: CallLimits,
+        scope: Scope,
+        receive: Receive,
+        connection: Receive,
+        send: Send,
+        call: Call,
+    ) -> None:
+        """The `lost_answer` fault: the service acts on the call (unless a limit refuses
+        it), and its answer never reaches the client, which gets the fault's status or a
+        connection closed without an answer."""
+        refusal = limits.admit(self.emulator.daily)
+        call.carried_out = refusal is None
+        if refusal is None:
+            await self.app(scope, receive, _discard)
+        if fault.reset:
+            call.status = 0
+            await cut_connection(connection)
+            return
+        message = f"injected fault: the answer was lost ({fault.status})"
+        await error_response(fault.status, message)(scope, receive, send)
+
     async def _fault(
-        self, fault: FaultSpec, scope: Scope, receive: Receive, send: Send, call: Call
+        self,
+        fault: FaultSpec,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        call: Call,
+        limits: CallLimits,
+        connection: Receive,
     ) -> bool:
-        """Apply `fault`; True when it answered the call itself."""
+        """Apply `fault`; True when it answered the call itself. `connection`: the
+        server's own `receive`, through which a connection is cut."""
+        if fault.kind == "lost_answer":
+            await self._lose_answer(fault, limits, scope, receive, connection, send, call)
+            return True
         if fault.kind == "latency":
             await self.emulator.sleep(fault.seconds)
             return False
@@ -158,6 +193,10 @@ class ServiceGate:
             response = error_response(fault.status, message, fault.retry_after_header())
         await response(scope, receive, send)
         return True
+
+
+async def _discard(message: Message) -> None:
+    """The `send` of an answer that is lost on its way."""
 
 
 async def _read_ahead(receive: Receive, fault: FaultSpec | None) -> Receive:

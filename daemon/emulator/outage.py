@@ -196,9 +196,12 @@ async def cut_connection(receive: Receive) -> None:
     `httpx.RemoteProtocolError`.
     """
     transport = getattr(getattr(receive, "__self__", None), "transport", None)
-    if not isinstance(transport, asyncio.BaseTransport):
+    # Duck-typed: uvloop's transports (uvicorn's loop when uvloop is installed) do not
+    # derive from asyncio.BaseTransport.
+    close = getattr(transport, "close", None)
+    if not callable(close):
         raise ConnectionDropped("Server disconnected without sending a response.")
-    transport.close()
+    close()
     # Wait for uvicorn to see the connection lost: an app that returns before that without
     # an answer gets a 500 written (to nobody) and an error logged.
     await _disconnected(receive)

@@ -19,6 +19,7 @@ from daemon.metrics import Metrics
 from daemon.notify.delivery import NotifyTiming
 from daemon.pipeline.batcher import Batcher
 from daemon.pipeline.fetch import Fetcher
+from daemon.replicas import LeaseFence
 from daemon.rules import BatchPolicy
 from daemon.rules.live import LiveRules
 from daemon.store import Store
@@ -53,6 +54,7 @@ class Pipeline:
         dry_run: bool = False,
         fetch: Literal["always", "needed"] = "always",
         replica: str | None = None,
+        fence: LeaseFence | None = None,
         tuning: Tuning | None = None,
         supervisor: Supervisor | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -66,6 +68,7 @@ class Pipeline:
             metrics,
             lambda name: _policy(rules, name),
             replica=replica,
+            fence=fence,
             supervisor=supervisor,
             retry_base=tuning.retry_base,
             retry_cap=tuning.retry_cap,

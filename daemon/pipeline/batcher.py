@@ -9,16 +9,26 @@ failed call becomes depends on what the service may have done:
 * refused (429, 401/403, connection refused, circuit open): surely not carried out; the
   same batch's call is made again after a growing backoff (at most `retry_cap`), and a
   refused call is not counted as a send;
-* rejected (another 4xx but 404): final, the dlqIds are `failed` (a redrive can retry
-  them);
+* rejected (another 4xx but 404): not carried out, and maybe because it named dlqIds no
+  longer in the DLQ (a stricter service refuses such a call whole). Each dlqId is
+  looked up: one gone is `done` when an earlier call of ours may have recovered it
+  (its answer lost), else `gone`, and the others go out again without it. Only when
+  none is gone was the call itself at fault: the dlqIds are `failed` (a redrive can
+  retry them);
 * unknown (a 5xx, a 404, a lost or corrupt answer, any attempt or page of the call that
-  may have acted, a crash after the mark): nothing is sent again blind. Each dlqId is
+  may have acted, a crash after the mark): nothing is sent again blind (the client
+  repeats a bulk call only when it surely never reached the service). Each dlqId is
   looked up with a GET, retried with backoff for as long as the service cannot answer:
   one that left the DLQ was recovered (`done`), one still there goes out again. A
-  service that is down never makes a dlqId `failed`.
+  service that is down never makes a dlqId `failed`. The runs of any page answered
+  before the failure are kept in the batch's record.
 
 A batch found unsettled at start whose call was never marked as sending goes straight
 back to `decided`: its call surely never left.
+
+On a shared store each attempt also asks the replica's lease fence (replicas.py): a
+replica whose lease may have lapsed sends nothing more for its batches; a call it
+could not finish is let go, unsettled, for whoever holds the batch now to check.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import structlog
 from daemon.metrics import Metrics
 from daemon.pipeline.calls import recording
 from daemon.pipeline.failures import backoff, is_final_for
+from daemon.replicas import LeaseFence
 from daemon.rules import BatchPolicy
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import BatchRecord, Pending
@@ -107,6 +118,7 @@ class Batcher:
         policy_of: Callable[[str], BatchPolicy],
         *,
         replica: str | None = None,
+        fence: LeaseFence | None = None,
         supervisor: Supervisor | None = None,
         retry_base: float = 5.0,
         retry_cap: float = 60.0,
@@ -124,9 +136,11 @@ class Batcher:
         after `check_tries` rounds of final answers (a 400) those dlqIds are `failed`.
         Every `housekeeping` seconds, batches and decided dlqIds this process does not
         hold (a store error came between two steps) are taken up: with `replica`, only
-        those this replica holds or a replica gone left (daemon/replicas.py)."""
+        those this replica holds or a replica gone left (daemon/replicas.py), and every
+        attempt of a call waits for, and asks, `fence`."""
         self._store = store
         self._replica = replica
+        self._fence = fence or LeaseFence(0.0, shared=False)
         self._client = client
         self._metrics = metrics
         self._policy_of = policy_of
@@ -308,13 +322,19 @@ class Batcher:
             async with self._senders:
                 if not await self._service_answers(record.action):
                     return  # stopping: the next start checks or re-queues the batch
+                term = await self._lease_held()
+                if term is None:
+                    return
                 # Marked before each attempt: a refused call made again later must still
                 # be this replica's to make.
                 if not await self._mark_sending(record):
                     return
-                answer = await self._call(record, overrides)
+                answer = await self._call(record, overrides, term)
             calls += answer.calls
             error = answer.error
+            if error is not None and not self._fence.holds(term):
+                self._let_go(record, error)
+                return
             if error is None or answer.may_have_acted or is_final_for(error):
                 break
             # Refused before the service acted: the same call again, later. Not a new
@@ -327,11 +347,10 @@ class Batcher:
         if error is None:
             await self._answered(record, answer.runs, calls)
         elif answer.may_have_acted:
-            await self._check(record, f"the call failed: {error}", calls)
+            await self._check(record, f"the call failed: {error}", calls, answer.runs)
         else:
-            reason = f"the service rejected the call: {error}"
-            log.error("batch rejected", batch=record.id, reason=reason)
-            await self._settle(record, sent=True, failed=record.dlq_ids, reason=reason, calls=calls)
+            await self._check(record, f"the service rejected the call: {error}", calls,
+                              wait=False, rejected=True)  # fmt: skip
 
     async def _answered(
         self, record: BatchRecord, runs: list[dict[str, Any]], calls: list[dict[str, Any]]
@@ -342,8 +361,9 @@ class Batcher:
         `gone` (left the DLQ before the call, as a read would have found: with
         RECOVERYD_FETCH=needed none was made); some, all `done`, with the count in the
         batch's reason, as the answer cannot say which were passed over. No run after
-        an earlier attempt that may have acted (its answer lost, the client tried again)
-        says nothing: that attempt may have recovered them all, so they are `done`."""
+        an earlier attempt that may have acted would say nothing (that attempt may have
+        recovered them all, so they would be `done`); the client makes no such repeat
+        of a bulk call, but the record keeps to what it can tell."""
         named = len(record.dlq_ids)
         if not runs and all(_refused(call) for call in calls[:-1]):
             reason = "not in the DLQ when the bulk call named it: the service recovered none"
@@ -357,6 +377,24 @@ class Batcher:
         self._metrics.recovered.labels(record.action).inc(named)
         log.info("batch sent", batch=record.id, action=record.action, dlq_ids=named,
                  runs=len(runs))  # fmt: skip
+
+    async def _lease_held(self) -> int | None:
+        """The fence's term once this replica's lease holds (at once, unless its
+        heartbeat lapsed); None when the batcher stops meanwhile."""
+        while (term := self._fence.term()) is None:
+            if self._stopping:
+                return None
+            await self._fence.renewal(at_most=1.0)
+        return term
+
+    def _let_go(self, record: BatchRecord, error: ServiceError) -> None:
+        """This replica's lease may have lapsed while the batch's call was under way:
+        another replica may hold the batch now. It is neither sent again nor settled
+        here; housekeeping takes it up again if the store says it is still this one's."""
+        log.warning("lease lapsed during a batch's call; the batch is let go", batch=record.id,
+                    error=str(error))  # fmt: skip
+        self._release(record)
+        self.take_up_now()
 
     async def _mark_sending(self, record: BatchRecord) -> bool:
         try:
@@ -372,8 +410,8 @@ class Batcher:
             self._release(record)
         return marked
 
-    async def _call(self, record: BatchRecord, overrides: Overrides) -> _Answer:
-        """The batch's bulk call, every page of it."""
+    async def _call(self, record: BatchRecord, overrides: Overrides, term: int) -> _Answer:
+        """The batch's bulk call, every page of it, each attempt fenced in `term`."""
         runs: list[dict[str, Any]] = []
         pages = 0
         error: ServiceError | None = None
@@ -381,7 +419,10 @@ class Batcher:
             try:
                 action = cast(BulkAction, record.action)  # only recoveries are batched
                 async for page in self._client.bulk_pages(
-                    action, dlq_ids=record.dlq_ids, overrides=overrides
+                    action,
+                    dlq_ids=record.dlq_ids,
+                    overrides=overrides,
+                    fence=lambda: self._fence.holds(term),
                 ):
                     pages += 1
                     runs += [run.model_dump(by_alias=True) for run in page.workflow_runs]
@@ -403,16 +444,52 @@ class Batcher:
         record: BatchRecord,
         reason: str,
         calls: Sequence[dict[str, Any]] = (),
+        runs: Sequence[dict[str, Any]] = (),
         *,
         wait: bool = True,
+        rejected: bool = False,
     ) -> None:
         """The call may or may not have been carried out: look each dlqId up (after the
-        backoff, when `wait`), then settle the batch. Lookups that fail are tried again,
-        with a growing backoff, for as long as the service cannot answer them."""
+        backoff, when `wait`), then settle the batch, keeping the `runs` answered. Lookups
+        that fail are tried again, with a growing backoff, for as long as the service
+        cannot answer them. `rejected`: the service refused the call without acting on it
+        (see the module's docstring)."""
         sends = await self._sends(record)
         if sends is None:
             return
-        attempt = max(sends.values(), default=0) + 1 if wait else 0
+        looked_up = await self._look_up(record, max(sends.values(), default=0) + 1 if wait else 0)
+        if looked_up is None:
+            return
+        lookups, error = looked_up
+        gone = [dlq_id for dlq_id, found in lookups.items() if found is False]
+        still = [dlq_id for dlq_id, found in lookups.items() if found is True]
+        unknown = [dlq_id for dlq_id, found in lookups.items() if isinstance(found, ServiceError)]
+        log.info("batch checked", batch=record.id, gone=len(gone), still_in_dlq=len(still),
+                 unknown=len(unknown), reason=reason)  # fmt: skip
+        if unknown:
+            reason = f"{reason}; its outcome cannot be checked: {error}"
+        if not rejected:
+            await self._again(record, still, reason, calls, runs=runs, done=gone,
+                              failed=unknown, sent=True)  # fmt: skip
+        elif gone:
+            # Refused for naming them: recovered by an earlier call whose answer was
+            # lost, or taken out of the DLQ by someone else.
+            ours = [dlq_id for dlq_id in gone if sends.get(dlq_id, 0) > 0]
+            others = [dlq_id for dlq_id in gone if dlq_id not in ours]
+            reason = f"{reason}; {len(gone)} of its dlqIds were no longer in the DLQ"
+            await self._again(record, still, reason, calls, done=ours, gone=others,
+                              failed=unknown, sent=False)  # fmt: skip
+        else:
+            log.error("batch rejected", batch=record.id, reason=reason)
+            await self._settle(record, sent=True, failed=record.dlq_ids, reason=reason, calls=calls)
+
+    async def _look_up(
+        self, record: BatchRecord, attempt: int
+    ) -> tuple[dict[str, bool | ServiceError], ServiceError | None] | None:
+        """Whether each of the batch's dlqIds is in the DLQ (or the error that keeps the
+        service from saying), and the first such error; looked up after the backoff of
+        `attempt` (at once for 0) and again, each time after a longer one, while the
+        service cannot answer. None when the batcher stops meanwhile."""
         final_rounds = 0
         while True:
             if attempt:
@@ -420,28 +497,20 @@ class Batcher:
             attempt += 1
             if not await self._service_answers("get_dlq_message"):
                 self._batches.discard(record.id)
-                return
+                return None
             lookups = dict(zip(record.dlq_ids, await asyncio.gather(
                 *(self._in_dlq(dlq_id) for dlq_id in record.dlq_ids)), strict=True))  # fmt: skip
             errors = [found for found in lookups.values() if isinstance(found, ServiceError)]
             if not errors:
-                break
+                return lookups, None
             if all(is_final_for(error) for error in errors):
                 final_rounds += 1
                 if final_rounds >= self._check_tries:
-                    break  # the service keeps saying no: those dlqIds fail, with why
+                    return lookups, errors[0]  # the service keeps saying no: with why
             if self._stopping:  # checked again at the next start
                 self._batches.discard(record.id)
-                return
+                return None
             log.warning("batch not checked; will try again", batch=record.id, error=str(errors[0]))
-        gone = [dlq_id for dlq_id, found in lookups.items() if found is False]
-        still = [dlq_id for dlq_id, found in lookups.items() if found is True]
-        unknown = [dlq_id for dlq_id, found in lookups.items() if isinstance(found, ServiceError)]
-        log.info("batch checked", batch=record.id, gone=len(gone), still_in_dlq=len(still),
-                 unknown=len(unknown), reason=reason)  # fmt: skip
-        if unknown:
-            reason = f"{reason}; its outcome cannot be checked: {errors[0]}"
-        await self._again(record, still, reason, calls, done=gone, failed=unknown, sent=True)
 
     async def _in_dlq(self, dlq_id: str) -> bool | ServiceError:
         """Whether `dlq_id` is still in the DLQ; the error when the service does not say."""
@@ -465,13 +534,15 @@ class Batcher:
         sent: bool,
         done: Sequence[str] = (),
         failed: Sequence[str] = (),
+        gone: Sequence[str] = (),
+        runs: Sequence[dict[str, Any]] = (),
     ) -> None:
-        """Settle the batch with `done` recovered, `failed` given up and `dlq_ids` decided
-        again, then queue those for a later batch under their rules' policies (read back
-        from the store, so they hold across a restart)."""
+        """Settle the batch with `done` recovered (`runs` made), `failed` given up, `gone`
+        and `dlq_ids` decided again, then queue those for a later batch under their
+        rules' policies (read back from the store, so they hold across a restart)."""
         queued = await self._settle(
-            record, sent=sent, done=done, again=dlq_ids, failed=failed, reason=reason,
-            calls=calls,
+            record, sent=sent, done=done, again=dlq_ids, failed=failed, gone=gone,
+            reason=reason, runs=runs, calls=calls,
         )  # fmt: skip
         self.add(queued)
 

@@ -25,6 +25,7 @@ from daemon.upstream.errors import (
     HTTPX_ERRORS,
     CircuitOpen,
     CorruptResponse,
+    Fenced,
     InvalidResponse,
     NotFound,
     ServiceError,
@@ -250,15 +251,21 @@ class ServiceClient:
         overrides: Overrides | None = None,
         cursor: str | None = None,
         count: int | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> BulkResult:
         """Spec 4.4 / 4.5: one bulk resume or restart call.
 
         With `dlq_ids` the service ignores every other filter, so passing both is
-        refused here. A call by dlqIds is retried freely: processed entries leave the
-        DLQ, so a repeat cannot act on them twice (it may report fewer runs than were
-        made, when the first answer was lost). A call by filter is repeated only when
-        it surely never reached the service: a repeat would act on the next matching
-        runs, beyond `count`, while the first batch's runs went unreported.
+        refused here. Repeated only when it surely never reached the service (a 429, a
+        refused connection): after a 5xx, a timeout or a lost answer the service may
+        have acted, and the caller checks what it did rather than sending it blind. By
+        dlqIds a repeat could not act on a dlqId twice, but it would report fewer runs
+        than were made, and a service that refuses a call naming dlqIds no longer in its
+        DLQ answers it 400. By filter a repeat would act on the next matching runs,
+        beyond `count`, while the first batch's runs went unreported.
+
+        `fence`, when given, is asked right before each attempt goes out (after any wait
+        for the rate limiter); False: that attempt is not sent and Fenced is raised.
         """
         if action not in ("resume", "restart"):
             raise ValueError(f"bulk action must be resume or restart, got {action!r}")
@@ -283,7 +290,8 @@ class ServiceClient:
             _json(BulkResult.model_validate, action),
             params=params,
             headers=headers,
-            idempotent=bool(dlq_ids),
+            idempotent=False,
+            fence=fence,
         )
 
     async def list_workflow_dlq(
@@ -319,8 +327,10 @@ class ServiceClient:
         filter: BulkFilter | None = None,
         overrides: Overrides | None = None,
         limit: int | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> AsyncIterator[BulkResult]:
-        """Follow the cursor until the service is done or `limit` runs were processed."""
+        """Follow the cursor until the service is done or `limit` runs were processed;
+        `fence` is asked before every attempt of every page (`bulk`)."""
         cursor: str | None = None
         processed = 0
         while limit is None or processed < limit:
@@ -332,6 +342,7 @@ class ServiceClient:
                 overrides=overrides,
                 cursor=cursor,
                 count=count,
+                fence=fence,
             )
             processed += len(page.workflow_runs)
             yield page
@@ -373,12 +384,14 @@ class ServiceClient:
         headers: dict[str, str] | None = None,
         idempotent: bool = True,
         credentials: Credentials | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> T:
         """One operation, retried by the policy; `read` turns the answer into the result
         (raising InvalidResponse or CorruptResponse), inside the retry. `credentials`
         given: the call uses them and passes the holder's gate (the rotation's own
         calls); otherwise it waits while a rotation or a lockout holds calls back, then
-        uses the current ones. CircuitOpen is raised at once, never retried here.
+        uses the current ones. CircuitOpen, and Fenced when `fence` says no before an
+        attempt, are raised at once, never retried here.
 
         The error raised is the last attempt's, unless an earlier attempt may have been
         carried out and the last one was merely refused (a 503, then a 429, an open
@@ -397,13 +410,14 @@ class ServiceClient:
             async with self._credentials_for(credentials) as used:
                 try:
                     return await self._attempt(
-                        operation, request, read, auth, used, attempt, latest=credentials is None
-                    )
+                        operation, request, read, auth, used, attempt,
+                        latest=credentials is None, fence=fence,
+                    )  # fmt: skip
                 except ServiceError as exc:
                     error = exc
             if not surely_not_carried_out(error):
                 uncertain = error
-            if isinstance(error, CircuitOpen):
+            if isinstance(error, CircuitOpen | Fenced):
                 raise _outcome(error, uncertain) from None
             refused = isinstance(error, Unauthorized) and auth == "bearer" and credentials is None
             if refused and not retried_with_new_token and await self._rotated_since(used):
@@ -434,11 +448,13 @@ class ServiceClient:
         attempt: int,
         *,
         latest: bool,
+        fence: Callable[[], bool] | None = None,
     ) -> T:
         """One try, past the operation's breaker and the limiter; its outcome is told to
         both. Raises the try's ServiceError. `latest`: the holder's credentials as they
         are once the limiter lets the call go, not `credentials`, taken before the wait:
-        another replica may have rotated the token meanwhile (account/rotation.py)."""
+        another replica may have rotated the token meanwhile (account/rotation.py).
+        `fence` is asked last, once the call would go: the limiter's wait may be long."""
         breaker = self.breakers[operation]
         if breaker.retry_at() is not None:  # held back: not even a place in the limiter
             raise breaker.refusal()
@@ -449,6 +465,10 @@ class ServiceClient:
         if ticket is None:
             self.limiter.unanswered(slot, sent=False)
             raise breaker.refusal()
+        if fence is not None and not fence():
+            self.limiter.unanswered(slot, sent=False)
+            breaker.abandon(ticket)
+            raise Fenced("not sent: the caller's fence holds it back", operation=operation)
         authorization = _authorization(auth, self._credentials.current if latest else credentials)
         try:
             result = await self._exchange(operation, request, read, authorization, slot, attempt)

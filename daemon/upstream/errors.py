@@ -14,7 +14,8 @@
         ├── Timeout            connect, read, write or pool timeout
         ├── ConnectionFailed   refused, reset or dropped mid-response
         ├── CorruptResponse    an answer whose bytes do not decode (e.g. a broken gzip body)
-        └── CircuitOpen        not sent: the operation's circuit breaker holds calls back
+        ├── CircuitOpen        not sent: the operation's circuit breaker holds calls back
+        └── Fenced             not sent: the caller may no longer make it (its lease lapsed)
 
 httpx errors are translated once, in `from_httpx`, and never leak past the client. The
 pipeline acts on two questions asked of any error: `is_transient` (will a later try
@@ -159,6 +160,17 @@ class CircuitOpen(TransportError):
     def __init__(self, message: str, *, operation: str, retry_at: float) -> None:
         super().__init__(message, operation=operation, request_sent=False)
         self.retry_at = retry_at
+
+
+class Fenced(TransportError):
+    """Not sent: the caller's fence said no right before the attempt went out. A replica
+    whose lease in the shared store may have passed to another must not send for the
+    work it held (daemon/replicas.py). Not retried: the caller decides what comes next."""
+
+    reason = "fenced"
+
+    def __init__(self, message: str, *, operation: str) -> None:
+        super().__init__(message, operation=operation, request_sent=False)
 
 
 _CLIENT_ERRORS: dict[int, type[ResponseError]] = {

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from daemon.upstream.errors import (
     CircuitOpen,
+    Fenced,
     RateLimited,
     RequestTimeout,
     ResponseError,
@@ -25,7 +26,8 @@ class RetryPolicy:
     (the token reset, a bulk call by filter) is repeated only when it certainly never
     reached the service, because repeating it could act twice. Everything else (400,
     401, 404, ...) is final: the same request would fail the same way. An open circuit
-    is not retried here either: the caller reschedules the work for when it closes.
+    is not retried here either: the caller reschedules the work for when it closes; nor
+    is a call its caller's fence stopped.
 
     A 429 waits exactly as long as the service said (Retry-After, else the rate-limit
     reset), capped at `max_server_wait`; when it said nothing usable (no header, or a
@@ -43,7 +45,7 @@ class RetryPolicy:
     def is_retryable(self, error: ServiceError, *, idempotent: bool = True) -> bool:
         if isinstance(error, RateLimited):
             return True
-        if isinstance(error, CircuitOpen):
+        if isinstance(error, CircuitOpen | Fenced):
             return False
         if isinstance(error, TransportError):
             return idempotent or not error.request_sent

@@ -54,3 +54,11 @@ def test_header_prefix_must_be_one_word() -> None:
     """The prefix becomes part of header names."""
     with pytest.raises(ValueError, match="header_prefix"):
         EmulatorConfig(header_prefix="Not A-Word")
+
+
+def test_the_refusal_of_gone_dlq_ids_is_read_from_the_environment() -> None:
+    """EMULATOR_REFUSE_GONE_DLQ_IDS=true switches it on; off by default; else an error."""
+    assert EmulatorConfig.from_env({}).refuse_gone_dlq_ids is False
+    assert EmulatorConfig.from_env({"EMULATOR_REFUSE_GONE_DLQ_IDS": "true"}).refuse_gone_dlq_ids
+    with pytest.raises(ValueError, match="EMULATOR_REFUSE_GONE_DLQ_IDS"):
+        EmulatorConfig.from_env({"EMULATOR_REFUSE_GONE_DLQ_IDS": "yes"})

@@ -46,12 +46,12 @@ async def test_a_refused_bulk_call_is_not_counted_as_a_send(tmp_path: Path) -> N
         assert [call["status"] for call in batch["calls"]] == [429] * 4 + [200]
 
 
-async def test_a_call_that_may_have_acted_is_checked_though_its_last_attempt_was_refused(
+async def test_a_call_that_may_have_acted_is_checked_and_counts_as_a_send(
     tmp_path: Path,
 ) -> None:
-    """A 503 (the service may have acted), then 429s until the client gives up: the call
-    as a whole may have acted, so its dlqIds are looked up before they go out again, and
-    it counts as a send."""
+    """A 503 (the service may have acted): the client does not send it again, its
+    dlqIds are looked up before they go out again, and it counts as a send; the next
+    call, refused by 429s, is made again until it goes through, and counts once."""
     async with harness(tmp_path, SMALL_BATCHES) as h:
         [dlq_id] = await h.seed(workflows(1))
         await h.fault(kind="status", status=503, times=1, paths=["/v2/workflows/"])
@@ -64,8 +64,8 @@ async def test_a_call_that_may_have_acted_is_checked_though_its_last_attempt_was
         assert record["sends"] == 2
         checked, sent = record["batches"]
         assert checked["reason"].startswith("the call failed")
-        assert [call["status"] for call in checked["calls"]] == [503, 429, 429, 429]
-        assert [call["status"] for call in sent["calls"]] == [200]
+        assert [call["status"] for call in checked["calls"]] == [503]
+        assert [call["status"] for call in sent["calls"]] == [429, 429, 429, 200]
         gets = [call for call in await h.journal() if call["path"] == f"/v2/dlq/{dlq_id}"]
         assert len(gets) == 2  # the fetch, and the check
 

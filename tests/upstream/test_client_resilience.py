@@ -17,6 +17,7 @@ from daemon.upstream import (
     Credentials,
     CredentialsHolder,
     EndpointRef,
+    Fenced,
     InvalidResponse,
     NotFound,
     RateLimited,
@@ -223,25 +224,58 @@ async def test_bulk_by_filter_is_not_repeated_after_a_server_error(service: Serv
     assert len(await service.journal()) == 1
 
 
-async def test_bulk_by_ids_is_retried_after_a_server_error(service: Service) -> None:
-    """By dlqIds a repeat cannot act twice, so a 503 is retried."""
+async def test_a_bulk_call_by_ids_is_not_sent_again_after_a_server_error(
+    service: Service,
+) -> None:
+    """A 503 may come after the service acted: the call is not repeated blind, the error
+    is raised for the caller to check what it did."""
     ids = await service.seed(*workflows(2))
     await service.fault(kind="status", status=503, times=1)
+    with pytest.raises(ServerError):
+        await service.client.bulk("resume", dlq_ids=ids)
+    assert [c["status"] for c in await service.journal()] == [503]
+
+
+async def test_a_refused_bulk_call_by_ids_is_sent_again(service: Service) -> None:
+    """A 429 is answered before the service acts: the same call again, which works."""
+    ids = await service.seed(*workflows(2))
+    await service.fault(kind="rate_limit", times=2, retryAfter=0.01)
     result = await service.client.bulk("resume", dlq_ids=ids)
     assert len(result.workflow_runs) == 2
-    assert [c["status"] for c in await service.journal()] == [503, 200]
+    assert [c["status"] for c in await service.journal()] == [429, 429, 200]
+
+
+async def test_a_fenced_bulk_call_goes_out_no_more(service: Service) -> None:
+    """The fence is asked before each attempt: a 429, then the fence says no, and the
+    retry is not sent (Fenced, surely not carried out)."""
+    ids = await service.seed(*workflows(2))
+    await service.fault(kind="rate_limit", times=1, retryAfter=0.01)
+    asked: list[bool] = []
+
+    def fence() -> bool:
+        asked.append(not asked)  # yes to the first attempt, no to the next
+        return asked[-1]
+
+    with pytest.raises(Fenced) as raised:
+        await service.client.bulk("resume", dlq_ids=ids, fence=fence)
+    assert surely_not_carried_out(raised.value)
+    assert asked == [True, False]
+    assert [c["status"] for c in await service.journal()] == [429]
+    assert len((await service.control.get("/_emulator/dlq")).json()) == 2
 
 
 async def test_a_call_that_may_have_acted_says_so_though_its_last_try_was_refused(
     service: Service,
 ) -> None:
-    """A 503 (the service may have acted), then 429s until the retries run out: the
-    error raised is the 503's, so the caller checks before sending again."""
-    ids = await service.seed(*workflows(2))
+    """A 503 to an idempotent call that acts (removing endpoints: the service may have),
+    then 429s until the retries run out: the error raised is the 503's, so the caller
+    checks before acting again."""
+    group = {"name": "orders", "endpoints": [{"name": "a", "url": "https://a.example.com/"}]}
+    (await service.control.post("/_emulator/url-groups", json=group)).raise_for_status()
     await service.fault(kind="status", status=503, times=1)
     await service.fault(kind="rate_limit", times=10, retryAfter=0.01)
     with pytest.raises(ServerError):
-        await service.client.bulk("resume", dlq_ids=ids)
+        await service.client.remove_endpoints("orders", [EndpointRef(name="a")])
     statuses = [c["status"] for c in await service.journal()]
     assert statuses[0] == 503
     assert set(statuses[1:]) == {429}
@@ -318,17 +352,36 @@ async def test_a_corrupt_answer_to_a_bulk_by_filter_is_not_repeated(service: Ser
     assert len((await service.control.get("/_emulator/runs")).json()) == 1
 
 
-async def test_a_corrupt_answer_to_a_bulk_by_ids_is_retried_and_acts_once(
+async def test_a_corrupt_answer_to_a_bulk_by_ids_is_raised_not_sent_again(
     service: Service,
 ) -> None:
-    """By dlqIds a repeat is safe: the first try acted (the journal says so) and took the
-    entries out of the DLQ, so the repeat finds nothing left to act on."""
+    """The first try acted (the journal says so) and its runs were in the answer that
+    could not be read: the call is not repeated, which would report no run at all (or
+    be refused, by a service that refuses dlqIds no longer in its DLQ)."""
     ids = await service.seed(*workflows(2))
     await service.fault(kind="corrupt_gzip", times=1)
-    result = await service.client.bulk("resume", dlq_ids=ids)
-    assert result.workflow_runs == ()  # the runs made were reported in the lost answer
+    with pytest.raises(CorruptResponse):
+        await service.client.bulk("resume", dlq_ids=ids)
     calls = await service.journal()
-    assert [(c["status"], c.get("carriedOut")) for c in calls] == [(200, True), (200, None)]
+    assert [(c["status"], c.get("carriedOut")) for c in calls] == [(200, True)]
+    assert len((await service.control.get("/_emulator/runs")).json()) == 2
+
+
+async def test_a_lost_answer_to_a_bulk_by_ids_is_raised_not_sent_again(
+    service: Service,
+) -> None:
+    """A 504 after the service acted, and a reset after it acted: each raised as an
+    outcome that may have acted, with one call made."""
+    ids = await service.seed(*workflows(2))
+    await service.fault(kind="lost_answer", status=504, times=1)
+    await service.fault(kind="lost_answer", reset=True, times=1)
+    with pytest.raises(ServerError) as first:
+        await service.client.bulk("resume", dlq_ids=ids[:1])
+    with pytest.raises(ConnectionFailed) as second:
+        await service.client.bulk("resume", dlq_ids=ids[1:])
+    assert not surely_not_carried_out(first.value)
+    assert not surely_not_carried_out(second.value)
+    assert [c["status"] for c in await service.journal()] == [504, 0]
     assert len((await service.control.get("/_emulator/runs")).json()) == 2
 
 
