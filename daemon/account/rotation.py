@@ -15,8 +15,9 @@ When the reset's outcome is unknown (a timeout, a lost connection, a 5xx, an ans
 without a token) the token in hand tells: if the service still takes it, the reset did
 not happen (`failure`); if it refuses it, the service has credentials recoveryd never
 received (`lockout`). A locked-out daemon makes no call at all (each could only be
-refused, and a stream of refused calls can get an account blocked), fails readiness,
-and re-reads the credentials file until an operator puts a token that works there.
+refused, and a stream of refused calls can get an account blocked), says so in its
+gauge, status and log (not in readiness: callbacks are still stored), and re-reads the
+credentials file until an operator puts a token that works there.
 
 A restart that finds a rotation recorded as under way resolves it the same way, except
 that credentials saved by that very rotation (their `rotation` id) settle it as a
@@ -115,7 +116,7 @@ class Rotator:
         self._wall_clock = wall_clock
         self._sleep = sleep
         self._busy = asyncio.Lock()
-        self._trouble: str | None = None  # why readiness fails, while it does
+        self._trouble: str | None = None  # why calls cannot be made, while they cannot
         self._unrecorded: tuple[int, RotationResult, str | None] | None = None
         self._checking: asyncio.Task[None] | None = None
         self._dlq_retention: float | None = None
@@ -128,9 +129,9 @@ class Rotator:
         return self._schedule
 
     def problems(self) -> list[str]:
-        """Why the daemon cannot call the service (for readiness); empty when it can. Read
-        at each probe: a rotation or a token written to the credentials file may bring a
-        token that the start did not have."""
+        """Why the daemon cannot call the service (for the status); empty when it can. Read
+        each time: a rotation or a token written to the credentials file may bring a token
+        that the start did not have."""
         problems = [self._trouble] if self._trouble else []
         if not self._holder.current.token:
             problems.append(
