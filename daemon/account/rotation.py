@@ -117,7 +117,8 @@ class Rotator:
         self._sleep = sleep
         self._busy = asyncio.Lock()
         self._trouble: str | None = None  # why calls cannot be made, while they cannot
-        self._unrecorded: tuple[int, RotationResult, str | None] | None = None
+        # The end of a rotation the store could not record yet: id, result, reason, when.
+        self._unrecorded: tuple[int, RotationResult, str | None, float] | None = None
         self._checking: asyncio.Task[None] | None = None
         self._dlq_retention: float | None = None
         client.on_refused = self.token_refused
@@ -161,6 +162,9 @@ class Rotator:
         success = await self._store.last_rotation_success()
         if success is not None:  # before the first rotation the gauge stays absent
             self._metrics.last_rotation_success.set(success)
+        failure = await self._store.last_rotation_failure()
+        if failure is not None:  # likewise before the first failure
+            self._metrics.last_rotation_failure.set(failure)
         tasks = [self._supervisor.spawn("rotation", self._recover_then_watch)]
         scheduler = None
         if self._schedule:
@@ -411,15 +415,16 @@ class Rotator:
             self._metrics.last_rotation_success.set(now)
             log.info("token rotated", rotation=rotation_id, note=reason)
         elif result == "failure":
+            self._metrics.last_rotation_failure.set(now)
             log.warning("token rotation failed", rotation=rotation_id, reason=reason)
-        self._unrecorded = (rotation_id, result, reason)
+        # Recorded with the time the gauges took, which a restart reads back.
+        self._unrecorded = (rotation_id, result, reason, now)
         with contextlib.suppress(StoreUnavailable):  # recorded before the next rotation
             await self._record_unrecorded()
 
     async def _record_unrecorded(self) -> None:
         if self._unrecorded is not None:
-            rotation_id, result, reason = self._unrecorded
-            await self._store.finish_rotation(rotation_id, result, reason, self._wall_clock())
+            await self._store.finish_rotation(*self._unrecorded)
             self._unrecorded = None
 
     async def _read_saved(self) -> Saved | None:

@@ -151,6 +151,7 @@ class Fetcher:
             return False
         outcomes = await asyncio.gather(*(self._fetch(item) for item in claimed))
         settled = await self._store.settle(self._owner, list(outcomes), self._wall_clock())
+        self._metrics.count_failed("fetch_refused", (rule for _, rule in settled.failed))
         for dlq_id, rule in settled.over_budget:
             self._metrics.budget_exhausted.labels(rule).inc()
             log.info("budget spent; not recovered", dlq_id=dlq_id, rule=rule)

@@ -83,11 +83,14 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Settled:
-    """What settling a chunk of outcomes did: the dlqIds now `decided`, for the batcher,
-    and the recoveries a rule's budget stopped (`skipped`), by rule."""
+    """What settling a chunk of outcomes (or a batch) did: the dlqIds now `decided`, for
+    the batcher, the recoveries a rule's budget stopped (`skipped`), by rule, and the
+    dlqIds this very commit made `failed`, by rule ("" when none had decided them), for
+    recoveryd_dlq_ids_failed_total."""
 
     decided: list[Pending]
     over_budget: list[tuple[str, str]]  # (dlqId, rule)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (dlqId, rule or "")
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,8 @@ def tally(settled: Settled, outcome: Outcome, state: State, stopped: bool, now: 
     if stopped:
         assert outcome.rule is not None
         settled.over_budget.append((outcome.dlq_id, outcome.rule))
+    if state == "failed":
+        settled.failed.append((outcome.dlq_id, outcome.rule or ""))
     if state == "decided":
         assert outcome.action is not None
         assert outcome.overrides is not None

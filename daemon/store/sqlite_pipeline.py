@@ -286,17 +286,18 @@ def settle_batch(
     calls: Sequence[dict[str, Any]] = (),
     sent: bool,
     now: float,
-) -> list[Pending]:
+) -> Settled:
     """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
-    batch), or `failed` or `gone` with `reason`; returns those decided again, with their rules.
-    `sent`: the call may have reached the service, and counts as a send for every dlqId
-    of the batch; False when it was refused before the service acted or never made. A
-    batch already settled is left as it is (its dlqIds may be in another batch now)."""
+    batch), or `failed` or `gone` with `reason`; returns those decided again, with their
+    rules, and those it made failed. `sent`: the call may have reached the service, and
+    counts as a send for every dlqId of the batch; False when it was refused before the
+    service acted or never made. A batch already settled is left as it is (its dlqIds
+    may be in another batch now)."""
     found = connection.execute(
         "SELECT state, dlq_ids FROM batches WHERE id = ?", (batch_id,)
     ).fetchone()
     if found is None or found[0] != "pending":
-        return []
+        return Settled([], [])
     connection.execute(
         "UPDATE batches SET state = 'settled', settled_at = ?, reason = ?, "
         "runs = ?, calls = ?, sent_at = CASE WHEN ? THEN coalesce(sent_at, ?) ELSE sent_at END "
@@ -316,7 +317,14 @@ def settle_batch(
         ("failed", failed, reason),
         ("gone", gone, reason),
     )
+    made_failed: list[tuple[str, str]] = []
     for state, dlq_ids, why in moves:
+        if state == "failed":  # those the move below takes: still batched
+            made_failed = connection.execute(
+                "SELECT dlq_id, coalesce(rule, '') FROM callbacks "
+                "WHERE dlq_id IN (SELECT value FROM json_each(?)) AND state = 'batched'",
+                (json.dumps(list(dlq_ids)),),
+            ).fetchall()
         connection.executemany(
             "UPDATE callbacks SET state = :state, reason = :reason, updated_at = :now, "
             f"{_HISTORY} WHERE dlq_id = :dlq_id AND state = 'batched'",
@@ -331,7 +339,8 @@ def settle_batch(
                 for dlq_id in dlq_ids
             ],
         )
-    return _decided(connection, again)
+    failed_now = [(dlq_id, rule) for dlq_id, rule in made_failed]
+    return Settled(_decided(connection, again), [], failed_now)
 
 
 def _decided(connection: sqlite3.Connection, dlq_ids: Iterable[str]) -> list[Pending]:

@@ -68,3 +68,10 @@ def last_success_at(connection: sqlite3.Connection) -> float | None:
         "SELECT max(finished_at) FROM rotations WHERE result = 'success'"
     ).fetchone()
     return row[0] if row else None
+
+
+def last_failure_at(connection: sqlite3.Connection) -> float | None:
+    row = connection.execute(
+        "SELECT max(finished_at) FROM rotations WHERE result = 'failure'"
+    ).fetchone()
+    return row[0] if row else None

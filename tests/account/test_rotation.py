@@ -308,6 +308,34 @@ async def test_account_limits_are_exported_by_our_names_one_family_a_unit(
     assert saved(tmp_path)["limits"] == DEFAULT_LIMITS | {"max_requests_per_second": rate}
 
 
+async def test_a_failure_after_a_success_is_exported_newer_and_a_restart_keeps_both(
+    tmp_path: Path,
+) -> None:
+    """A rotation fails after one succeeded: the last failure's time is exported beside
+    the last success's, and newer (RecoverydTokenRotationFailing compares the two); a
+    restart reads both back from the store."""
+    settings = rotation_settings(tmp_path / "credentials.json")
+    names = (
+        "recoveryd_token_last_rotation_success_timestamp_seconds",
+        "recoveryd_token_rotation_last_failure_timestamp_seconds",
+    )
+    async with harness(tmp_path, RESUME_ALL, **settings) as h:
+        assert names[1] not in (await h.recoveryd.admin.get("/metrics")).text
+        assert (await rotate(h)).status_code == 200
+        await h.fault(kind="status", status=400, times=1, paths=[RESET])
+        assert (await rotate(h)).status_code == 502
+        success, failure = (h.recoveryd.metric(name) for name in names)
+    assert 0 < success < failure
+
+    async with harness(tmp_path, RESUME_ALL, **settings) as h:
+
+        def read_back() -> tuple[float, ...] | None:
+            values = tuple(h.recoveryd.metric(name) for name in names)
+            return values if all(values) else None
+
+        assert await eventually(read_back, 10, "the timestamps read back") == (success, failure)
+
+
 async def test_the_last_rotation_success_is_absent_before_the_first_rotation(
     tmp_path: Path,
 ) -> None:

@@ -8,8 +8,17 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
-from tests.pipeline.support import RESUME_ALL, harness, sent_per_dlq_id
-from tests.support import workflows
+from tests.pipeline.support import RESUME_ALL, Harness, harness, sent_per_dlq_id
+from tests.support import eventually, workflows
+
+FAILED = "recoveryd_dlq_ids_failed_total"
+
+
+async def failed_count(h: Harness, count: int, **labels: str) -> None:
+    """Wait for recoveryd_dlq_ids_failed_total{labels} to reach `count`, and check it
+    goes no further than it (counted once per dlqId)."""
+    await eventually(lambda: h.recoveryd.metric(FAILED, **labels) >= count, 10, FAILED)
+    assert h.recoveryd.metric(FAILED, **labels) == count
 
 
 async def test_a_message_the_service_refuses_fails_with_the_reason(tmp_path: Path) -> None:
@@ -29,6 +38,7 @@ async def test_a_message_the_service_refuses_fails_with_the_reason(tmp_path: Pat
         assert [call["status"] for call in record["calls"]] == [400] * 5
         await h.recoveryd.admin.get("/metrics")
         assert h.recoveryd.metric("recoveryd_dlq_ids", state="failed") == 1
+        await failed_count(h, 1, rule="", reason="fetch_refused")  # no rule decided it
 
 
 async def test_a_message_the_service_keeps_failing_is_never_failed(tmp_path: Path) -> None:
@@ -64,6 +74,29 @@ async def test_a_bulk_call_the_service_rejects_fails_its_dlq_ids(tmp_path: Path)
         record = await h.record(dlq_ids[0])
         assert record["reason"].startswith("the service rejected the call")
         assert [call["status"] for call in record["batches"][0]["calls"]] == [400]
+        await failed_count(h, 3, rule="resume-all", reason="call_rejected")
+
+
+async def test_a_call_whose_outcome_cannot_be_checked_fails_its_dlq_ids(tmp_path: Path) -> None:
+    """Every attempt of the bulk call answered 503 (its outcome unknown), then the reads
+    that would check it refused with 400s, round after round: `failed`, and counted as
+    check_refused, not as a rejected call."""
+    rules = RESUME_ALL.replace("maxSize: 10, maxWait: 100ms", "maxSize: 1, maxWait: 30s")
+    async with harness(tmp_path, rules) as h:
+        [dlq_id] = await h.seed(workflows(1))
+        # Taken in the order armed: the fetch's read answers as usual (a latency of 0),
+        # the check's five rounds get a 400 each.
+        await h.fault(kind="latency", seconds=0, times=1, paths=["/v2/dlq/"])
+        await h.fault(kind="status", status=400, times=5, paths=["/v2/dlq/"])
+        await h.fault(kind="status", status=503, times=4, paths=["/v2/workflows/"])
+        await h.send_callbacks([dlq_id])
+
+        assert await h.settled(1) == {"failed": 1}
+
+        record = await h.record(dlq_id)
+        assert "its outcome cannot be checked" in record["reason"]
+        await failed_count(h, 1, rule="resume-all", reason="check_refused")
+        assert h.recoveryd.metric(FAILED, rule="resume-all", reason="call_rejected") == 0
 
 
 async def test_a_bulk_call_of_unknown_outcome_is_checked_before_it_is_sent_again(

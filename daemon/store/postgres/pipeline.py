@@ -296,12 +296,13 @@ async def settle_batch(
     calls: Sequence[dict[str, Any]] = (),
     sent: bool,
     now: float,
-) -> list[Pending]:
+) -> Settled:
     """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
-    batch), or `failed` or `gone` with `reason`; returns those decided again, with their rules.
-    `sent`: the call may have reached the service, and counts as a send for every dlqId
-    of the batch; False when it was refused before the service acted or never made. A
-    batch already settled is left as it is (its dlqIds may be in another batch now).
+    batch), or `failed` or `gone` with `reason`; returns those decided again, with their
+    rules, and those it made failed. `sent`: the call may have reached the service, and
+    counts as a send for every dlqId of the batch; False when it was refused before the
+    service acted or never made. A batch already settled is left as it is (its dlqIds
+    may be in another batch now).
 
     The batch's row is locked first: a second settle of it (another replica's) waits,
     then finds it settled, so its sends are counted once."""
@@ -310,7 +311,7 @@ async def settle_batch(
     )
     found = await cursor.fetchone()
     if found is None or found[0] != "pending":
-        return []
+        return Settled([], [])
     await connection.execute(
         "UPDATE batches SET state = 'settled', settled_at = %(now)s, reason = %(reason)s, "
         "runs = %(runs)s, calls = %(calls)s, "
@@ -338,9 +339,11 @@ async def settle_batch(
         ("failed", failed, reason),
         ("gone", gone, reason),
     )
-    for state, dlq_ids, why in moves:
-        await _move(connection, batch_id, state, list(dlq_ids), why, now)
-    return await _decided(connection, again)
+    moved = {
+        state: await _move(connection, batch_id, state, list(dlq_ids), why, now)
+        for state, dlq_ids, why in moves
+    }
+    return Settled(await _decided(connection, again), [], moved["failed"])
 
 
 async def _move(
@@ -350,16 +353,18 @@ async def _move(
     dlq_ids: list[str],
     reason: str | None,
     now: float,
-) -> None:
-    """Those of `dlq_ids` still batched move to `state`, with `reason`."""
+) -> list[tuple[str, str]]:
+    """Those of `dlq_ids` still batched move to `state`, with `reason`; those moved, with
+    their rules ("" for none)."""
     if not dlq_ids:
-        return
-    await connection.execute(
+        return []
+    cursor = await connection.execute(
         "UPDATE callbacks SET state = %(state)s, reason = %(reason)s, updated_at = %(now)s, "
         # Decided again: the batch's owner queues them (replicas.py).
         "lease_owner = CASE WHEN %(state)s = 'decided' "
         "  THEN (SELECT owner FROM batches WHERE id = %(batch)s) END, "
-        f"{_HISTORY} WHERE dlq_id = ANY(%(ids)s::text[]) AND state = 'batched'",
+        f"{_HISTORY} WHERE dlq_id = ANY(%(ids)s::text[]) AND state = 'batched' "
+        "RETURNING dlq_id, coalesce(rule, '')",
         {
             "state": state,
             "reason": reason,
@@ -369,6 +374,7 @@ async def _move(
             "batch": batch_id,
         },
     )
+    return [(dlq_id, rule) for dlq_id, rule in await cursor.fetchall()]
 
 
 async def _decided(connection: Connection, dlq_ids: Iterable[str]) -> list[Pending]:
