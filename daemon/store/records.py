@@ -46,6 +46,9 @@ class Claimed:
     # The callback's bytes when its signature verified: what a decision may be made from
     # without a GET (RECOVERYD_FETCH=needed). None for one taken unsigned.
     signed_callback: bytes | None = field(default=None, repr=False)
+    # The final answers (a 400...) its reads got before this try; transient failures
+    # (an outage) are tries but not refusals. `failed` at the fetch_tries'th.
+    refusals: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Outcome:
     fingerprint: str | None = None  # the message's url and body, hashed: see sqlite_lineage
     budget: Budget | None = None
     retry_at: float | None = None
+    refused: bool = False  # the read got a final answer: one more of the dlqId's refusals
     would: dict[str, Any] | None = None  # the call a dry run did not make
     calls: tuple[dict[str, Any], ...] = field(default=())
     # Queued in the same commit as the outcome (an outbox): the notify rules it matched.
@@ -286,6 +290,7 @@ class RecordRow(NamedTuple):
     workflow_run_id: str | None
     would: str | None
     tries: int
+    refusals: int
     sends: int
     batch_ids: Any  # a JSON column, as are calls and history
     calls: Any
@@ -309,6 +314,7 @@ def record_json(row: RecordRow, batches: list[dict[str, Any]], load: Load) -> di
         "workflowRunId": row.workflow_run_id,
         "wouldCall": json.loads(row.would) if row.would else None,
         "fetchAttempts": row.tries,
+        "fetchRefusals": row.refusals,
         "sends": row.sends,
         "calls": load(row.calls),
         "batches": batches,

@@ -74,6 +74,7 @@ MIGRATIONS = (
     endpoints.SCHEMA,
     lineage.RUN_INDEX_DROPPED,
     pipeline.VERIFIED,
+    pipeline.REFUSALS,
 )
 
 

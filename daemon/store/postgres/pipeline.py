@@ -64,12 +64,15 @@ async def claim(
         "  UPDATE callbacks SET lease_owner = %(owner)s, lease_until = %(until)s, "
         "  tries = tries + 1 FROM picked WHERE callbacks.dlq_id = picked.dlq_id "
         "  RETURNING callbacks.dlq_id, callbacks.tries, callbacks.received_at, "
-        "  CASE WHEN %(bodies)s AND callbacks.verified THEN callbacks.body END AS signed"
-        ") SELECT dlq_id, tries, signed FROM claimed ORDER BY received_at, dlq_id",
+        "  CASE WHEN %(bodies)s AND callbacks.verified THEN callbacks.body END AS signed, "
+        "  callbacks.refusals"
+        ") SELECT dlq_id, tries, signed, refusals FROM claimed ORDER BY received_at, dlq_id",
         {"owner": owner, "until": now + lease, "now": now, "limit": limit, "bodies": bodies},
     )
     rows = await cursor.fetchall()
-    return [Claimed(dlq_id, tries, _bytes(signed)) for dlq_id, tries, signed in rows]
+    return [
+        Claimed(dlq_id, tries, _bytes(signed), refusals) for dlq_id, tries, signed, refusals in rows
+    ]
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -169,7 +172,7 @@ async def _record_outcome(
         "would = %(would)s, "
         # A decided dlqId stays its decider's, for its batcher (replicas.py).
         "lease_owner = CASE WHEN %(state)s = 'decided' THEN %(owner)s END, "
-        "lease_until = %(retry_at)s, "
+        "lease_until = %(retry_at)s, refusals = refusals + %(refused)s, "
         "calls = calls || %(calls)s, "
         "decided_at = CASE WHEN %(rule)s::text IS NULL THEN decided_at ELSE %(now)s END, "
         f"updated_at = %(now)s, {_HISTORY} "
@@ -186,6 +189,7 @@ async def _record_outcome(
             "fingerprint": outcome.fingerprint,
             "would": records.json_text(outcome.would),
             "retry_at": outcome.retry_at,
+            "refused": int(outcome.refused),
             "calls": jsonb(list(outcome.calls)),
             "event": jsonb(records.event(state, now, reason=reason, rule=outcome.rule)),
             "now": now,
@@ -416,7 +420,8 @@ async def record(connection: Connection, dlq_id: str) -> dict[str, Any] | None:
     columns come back as Python values; `matched`, `would` and `overrides` are text.)"""
     cursor = await connection.execute(
         "SELECT dlq_id, state, reason, rule, action, matched, overrides, workflow_run_id, "
-        "would, tries, sends, batch_ids, calls, history, received_at, decided_at, updated_at "
+        "would, tries, refusals, sends, batch_ids, calls, history, received_at, decided_at, "
+        "updated_at "
         "FROM callbacks WHERE dlq_id = %s",
         (dlq_id,),
     )
@@ -519,7 +524,7 @@ async def redrive(
         cursor = await connection.execute(f"SELECT dlq_id FROM callbacks WHERE {condition}", params)
         return sorted(dlq_id for (dlq_id,) in await cursor.fetchall())
     cursor = await connection.execute(
-        "UPDATE callbacks SET state = 'received', tries = 0, lease_owner = NULL, "
+        "UPDATE callbacks SET state = 'received', tries = 0, refusals = 0, lease_owner = NULL, "
         "lease_until = NULL, reason = NULL, updated_at = %(now)s, "
         # The state and reason left (the old values); a null reason is left out, as
         # _event leaves out empty members.
