@@ -204,6 +204,7 @@ async def test_a_token_reset_elsewhere_locks_out_after_the_first_refusal(tmp_pat
         dlq_ids = await h.seed(workflows(30))
         await h.send_callbacks(dlq_ids)
         await wait_for_metric(h, "recoveryd_token_lockout", 1)
+        assert "refuses the token" in (await h.status())["token"]["problems"][0]
         refused = len(await h.journal())
         await asyncio.sleep(0.5)
         journal = await h.journal()
