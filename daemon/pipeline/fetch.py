@@ -66,11 +66,11 @@ class Fetcher:
         again after `retry_base` * 2**(tries-1) seconds, jittered, at most `retry_cap`.
         Only answers that are final for the dlqId (a 4xx but 401/403/404/408/429) end it
         `failed`, at the `max_tries`'th of them; a service or network that is down never
-        does, nor do the tries it failed count towards those. Idle
-        workers look again every `idle_poll` seconds (retries come due) or as soon as
-        `wake` says a callback arrived. `fetch` is RECOVERYD_FETCH: with "needed", a
-        signed callback that tells what the rules read is decided without a GET. The
-        leases are `replica`'s (daemon/replicas.py), and its decided dlqIds with them."""
+        does, nor do the tries it failed count towards those. Idle workers look again
+        every `idle_poll` seconds (retries come due) or as soon as `wake` says a callback
+        arrived. `fetch` is RECOVERYD_FETCH: with "needed", a signed callback that tells
+        what the rules read is decided without a GET. The leases are `replica`'s
+        (daemon/replicas.py), and its decided dlqIds with them."""
         self._store = store
         self._client = client
         self._rules = rules
