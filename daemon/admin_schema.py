@@ -29,6 +29,7 @@ class DlqRecord(BaseModel):
     workflowRunId: str | None
     wouldCall: dict[str, Any] | None
     fetchAttempts: int
+    fetchRefusals: int
     sends: int
     calls: list[dict[str, Any]]
     batches: list[dict[str, Any]]

@@ -145,9 +145,7 @@ async def running(
             on_accepted=pipeline.wake,
         )
         descriptors = DescriptorWatch()
-        readiness = Readiness(
-            store, rotator=rotator, supervisor=supervisor, descriptors=descriptors
-        )
+        readiness = Readiness(store, descriptors=descriptors)
         sweeper = Sweeper(
             rules, SweepRunner(client, store, metrics, wall_clock=wall_clock), store, metrics,
             supervisor, dry_run=settings.DRY_RUN, timing=sweeps, wall_clock=wall_clock,
@@ -156,9 +154,8 @@ async def running(
         admin = admin_app(
             token=None if admin_token is None else admin_token.get_secret_value(),
             store=store, metrics=metrics, rules=rules, rotator=rotator, client=client,
-            on_redriven=pipeline.wake, wall_clock=wall_clock,
-            status_parts=[sweeper.status, heartbeat.status],
-            not_ready=readiness.reasons,
+            on_redriven=pipeline.wake, wall_clock=wall_clock, not_ready=readiness.reasons,
+            status_parts=[sweeper.status, heartbeat.status, supervisor.status],
         )  # fmt: skip
         admin.include_router(sweep_routes(sweeper))
         admin.include_router(removal_routes(store, client, metrics, wall_clock))
@@ -375,37 +372,27 @@ def _breaker_watch(metrics: Metrics) -> Callable[[str, str], None]:
 
 
 class Readiness:
-    """`/readyz`: ready when the store answers and is healthy, every required task runs,
-    a token is present and the service is not refusing it, and descriptors are not at
-    their limit. The service being down does not make the daemon unready: callbacks are
-    still stored, and acted on once it is back."""
+    """`/readyz`: ready while a callback sent now is stored: the store answers and is
+    healthy, and descriptors are not at their limit.
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        rotator: Rotator,
-        supervisor: Supervisor,
-        descriptors: DescriptorWatch,
-    ) -> None:
+    Nothing else fails it. A token lockout, an open circuit, a crashed task or a service
+    outage stop the work after the store, not the storing: a replica taken out of its
+    Service for them would have the service's callbacks refused (and, with one replica,
+    retried and then lost) while its store could keep them. Those show in
+    `/api/v1/status`, the metrics and the alerts instead (docs/operating.md, Probes)."""
+
+    def __init__(self, store: Store, *, descriptors: DescriptorWatch) -> None:
         self._store = store
-        self._rotator = rotator
-        self._supervisor = supervisor
         self._descriptors = descriptors
 
     async def reasons(self) -> list[str]:
-        """Why the daemon is not ready; empty when it is."""
+        """Why a callback sent now would not be stored; empty when it would."""
         reasons = []
         try:
             await self._store.ping()
         except StoreUnavailable as exc:
             reasons.append(f"store: {exc}")
-        return (
-            reasons
-            + self._rotator.problems()
-            + self._supervisor.problems()
-            + self._descriptors.problems()
-        )
+        return reasons + self._descriptors.problems()
 
 
 def public_app(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal, get_args
 
 from prometheus_client import (
@@ -29,6 +29,15 @@ CallbackResult = Literal[
     "unsupported_media_type",
     "unavailable",
     "error",
+]
+
+# Why a dlqId ended `failed`, one value per path that ends it so (a fixed set: the
+# reason's text, with the service's answer, is in the dlqId's record).
+FailedReason = Literal[
+    "fetch_refused",  # the DLQ message's reads got final answers (4xx) max-tries times
+    "call_rejected",  # its bulk resume/restart call was rejected (a final 4xx)
+    "check_refused",  # the call's outcome was unknown, and the reads to check it refused
+    "notify_failed",  # its notify rule's webhook could not be delivered
 ]
 
 # Ingest answers in well under a millisecond unless the disk is slow; the upper buckets
@@ -175,6 +184,14 @@ class Metrics:
             ["state"],
             registry=registry,
         )
+        self.dlq_ids_failed = Counter(
+            "recoveryd_dlq_ids_failed",
+            'dlqIds that ended failed, by the rule that decided them ("" for a read '
+            "refused before any rule did) and why: fetch_refused, call_rejected, "
+            "check_refused, notify_failed. A redrive or pruning never lowers it.",
+            ["rule", "reason"],
+            registry=registry,
+        )
         self.oldest_pending = Gauge(
             "recoveryd_oldest_pending_age_seconds",
             "Age of the oldest dlqId not yet in a final state (read at scrape time).",
@@ -222,6 +239,12 @@ class Metrics:
             registry,
             "recoveryd_token_last_rotation_success_timestamp_seconds",
             "When the token was last rotated successfully (Unix time; absent before the first).",
+        )
+        self.last_rotation_failure = _GaugeOnceKnown(
+            registry,
+            "recoveryd_token_rotation_last_failure_timestamp_seconds",
+            "When a token rotation last failed, the old token still working (Unix time; "
+            "absent before the first failure).",
         )
         self.token_lockout = Gauge(
             "recoveryd_token_lockout",
@@ -348,6 +371,11 @@ class Metrics:
         # process_open_fds against process_max_fds, resident memory, CPU: the standard
         # names, which dashboards and the alerts read.
         ProcessCollector(registry=registry)
+
+    def count_failed(self, reason: FailedReason, rules: Iterable[str]) -> None:
+        """Count dlqIds that have just ended failed, one rule (or "") each."""
+        for rule in rules:
+            self.dlq_ids_failed.labels(rule, reason).inc()
 
     def set_account_limits(self, limits: Mapping[str, float]) -> None:
         """Export the account record's limits (by wire name) that ACCOUNT_LIMITS knows."""

@@ -3,8 +3,10 @@
 A worker that dies of an exception nobody foresaw (a library error that escaped its
 translation, a bug) must not leave the daemon looking healthy while nothing is fetched
 or sent any more. The supervisor restarts it with backoff (never a hot loop), counts the
-crash in `recoveryd_task_crashes_total{task}`, and reports the task as down to readiness
-until it runs again (STYLE.md 13, after Kubernetes' controllers).
+crash in `recoveryd_task_crashes_total{task}`, and names the task as down in
+`/api/v1/status` until it runs again (STYLE.md 13, after Kubernetes' controllers). Not in
+readiness: no supervised task stores callbacks, and a replica that stops taking them
+because its fetch crashed would only lose the ones the service gives up on.
 """
 
 from __future__ import annotations
@@ -54,16 +56,15 @@ class Supervisor:
         self._rand = rand
         self._down: dict[str, str] = {}  # task name -> why it is down, while it is
 
-    def spawn(self, name: str, work: Work, *, required: bool = True) -> asyncio.Task[None]:
-        """Start `work` under supervision. While a `required` task is down after a crash,
-        `problems()` names it (and `/readyz` fails)."""
-        return asyncio.create_task(self._supervise(name, work, required), name=f"recoveryd-{name}")
+    def spawn(self, name: str, work: Work) -> asyncio.Task[None]:
+        """Start `work` under supervision. While it is down after a crash, `down()` names
+        it."""
+        return asyncio.create_task(self._supervise(name, work), name=f"recoveryd-{name}")
 
     @contextlib.asynccontextmanager
     async def running(self, name: str, work: Work) -> AsyncIterator[None]:
-        """`work` under supervision for the block (not required for readiness), cancelled
-        at its end."""
-        task = self.spawn(name, work, required=False)
+        """`work` under supervision for the block, cancelled at its end."""
+        task = self.spawn(name, work)
         try:
             yield
         finally:
@@ -71,11 +72,15 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def problems(self) -> list[str]:
-        """Why the daemon is not ready on account of its tasks; empty when all run."""
-        return [f"task {name} is down: {why}" for name, why in sorted(self._down.items())]
+    def down(self) -> dict[str, str]:
+        """The tasks waiting for their restart after a crash, and why; empty when all run."""
+        return dict(sorted(self._down.items()))
 
-    async def _supervise(self, name: str, work: Work, required: bool) -> None:
+    async def status(self) -> dict[str, Any]:
+        """`/api/v1/status`'s part: the tasks down."""
+        return {"tasks": {"down": self.down()}}
+
+    async def _supervise(self, name: str, work: Work) -> None:
         crashes = 0
         while True:
             started = self._clock()
@@ -100,8 +105,7 @@ class Supervisor:
                     in_seconds=round(delay, 3),
                     exc_info=exc,
                 )
-                if required:
-                    self._down[name] = f"{type(exc).__name__}, restarting in {delay:.1f}s"
+                self._down[name] = f"{type(exc).__name__}, restarting in {delay:.1f}s"
                 try:
                     await self._sleep(delay)
                 finally:

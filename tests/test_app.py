@@ -20,34 +20,34 @@ async def test_healthz_answers_while_the_process_serves(recoveryd: Recoveryd) ->
     assert response.json() == {"status": "ok"}
 
 
-async def test_readyz_is_200_when_the_store_answers_and_a_token_is_present(
-    recoveryd: Recoveryd,
-) -> None:
-    """Ready: the store answers and there is a token."""
+async def test_readyz_is_200_when_the_store_answers(recoveryd: Recoveryd) -> None:
+    """Ready: the store answers, so a callback sent now is stored."""
     response = await recoveryd.public.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ready"}
 
 
-async def test_readyz_is_503_with_the_reason_when_there_is_no_token(tmp_path: Path) -> None:
-    """With only a credentials file named (not written yet), there is no token to call with."""
-    settings = {"TOKEN": "", "CREDENTIALS_FILE": str(tmp_path / "credentials.json")}
-    async with running_recoveryd(tmp_path, **settings) as recoveryd:
-        response = await recoveryd.public.get("/readyz")
-        assert response.status_code == 503
-        assert "no token" in response.json()["error"]
-
-
-async def test_readyz_is_200_once_a_rotation_brings_the_token_the_start_lacked(
+async def test_without_a_token_callbacks_are_stored_and_the_status_says_why_none_is_sent(
     tmp_path: Path,
 ) -> None:
-    """Readiness is read at each probe: a daemon started with a credentials file still to
-    be written becomes ready when the reset (basic auth, no token needed) gives it one."""
+    """With only a credentials file named (not written yet), there is no token to call with:
+    still ready, since callbacks are stored; `/api/v1/status` names the missing token."""
+    settings = {"TOKEN": "", "CREDENTIALS_FILE": str(tmp_path / "credentials.json")}
+    async with running_recoveryd(tmp_path, **settings) as recoveryd:
+        assert (await recoveryd.post(callback_json("d-1"))).json()["status"] == "accepted"
+        assert (await recoveryd.public.get("/readyz")).status_code == 200
+        status = (await recoveryd.admin.get("/api/v1/status")).json()
+        assert "no token" in status["token"]["problems"][0]
+
+
+async def test_a_rotation_brings_the_token_the_start_lacked(tmp_path: Path) -> None:
+    """The token's problems are read each time: a daemon started with a credentials file
+    still to be written has none once the reset (basic auth, no token needed) gives it one."""
     settings = rotation_settings(tmp_path / "credentials.json", TOKEN="")
     async with harness(tmp_path, RESUME_ALL, **settings) as h:
-        assert (await h.recoveryd.public.get("/readyz")).status_code == 503
+        assert (await h.status())["token"]["problems"] != []
         assert (await h.recoveryd.admin.post("/-/rotate-token", timeout=30)).status_code == 200
-        assert (await h.recoveryd.public.get("/readyz")).status_code == 200
+        assert (await h.status())["token"]["problems"] == []
 
 
 async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from prometheus_client import Metric
 from daemon.cli import main as cli
 from daemon.emulator import create_app
 from daemon.settings import PREFIX, Settings, SettingsError, load_settings
-from tests.account.support import rotation_settings
+from tests.account.support import RESET, rotation_settings
 from tests.pipeline.support import RESUME_ALL, harness
 from tests.support import emulator_config, workflows
 
@@ -120,15 +120,18 @@ def exported_name(family: Metric) -> str:
 
 
 async def test_every_metric_a_running_daemon_exports_is_documented(tmp_path: Path) -> None:
-    """A daemon that took callbacks, recovered runs and rotated its token (so that the
-    gauges known only after a rotation exist too): each family it exports is in the
-    table with its type and labels, and the table has nothing else."""
+    """A daemon that took callbacks, recovered runs and rotated its token, once well and
+    once not (so that the gauges known only after a rotation's success and failure exist
+    too): each family it exports is in the table with its type and labels, and the table
+    has nothing else."""
     settings = rotation_settings(tmp_path / "credentials.json")
     async with harness(tmp_path, RESUME_ALL, **settings) as h:
         dlq_ids = await h.seed(workflows(3))
         await h.send_callbacks(dlq_ids)
         assert await h.settled(3) == {"done": 3}
         assert (await h.recoveryd.admin.post("/-/rotate-token", timeout=30)).status_code == 200
+        await h.fault(kind="status", status=400, times=1, paths=[RESET])
+        assert (await h.recoveryd.admin.post("/-/rotate-token", timeout=30)).status_code == 502
         assert (await h.recoveryd.admin.get("/metrics")).status_code == 200  # scrape gauges
         families = {
             exported_name(family): family

@@ -1,5 +1,5 @@
 """The supervisor: a crashed task is logged once, counted, restarted with backoff, and
-reported down to readiness until it runs again."""
+reported down in the status until it runs again."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ async def test_a_crashed_task_is_restarted_and_counted() -> None:
 
 
 async def test_a_task_is_reported_down_until_it_runs_again() -> None:
-    """While a required task waits for its restart, problems() names it; then it clears."""
+    """While a task waits for its restart, the status names it and why; then it clears."""
     release = asyncio.Event()
     crashed = asyncio.Event()
 
@@ -62,27 +62,10 @@ async def test_a_task_is_reported_down_until_it_runs_again() -> None:
     supervisor = Supervisor(sleep=sleep)
     task = supervisor.spawn("batcher", work)
     await crashed.wait()
-    assert supervisor.problems() == [supervisor.problems()[0]]
-    assert supervisor.problems()[0].startswith("task batcher is down: RuntimeError")
+    down = (await supervisor.status())["tasks"]["down"]
+    assert list(down) == ["batcher"]
+    assert down["batcher"].startswith("RuntimeError, restarting in ")
     release.set()
     await asyncio.sleep(0)
-    assert supervisor.problems() == []
-    task.cancel()
-
-
-async def test_an_optional_task_never_fails_readiness() -> None:
-    """A crash of a task spawned with required=False is counted but not reported down."""
-    crashed = asyncio.Event()
-
-    async def sleep(seconds: float) -> None:
-        crashed.set()
-        await asyncio.Event().wait()
-
-    async def work() -> None:
-        raise OSError("disk")
-
-    supervisor = Supervisor(sleep=sleep)
-    task = supervisor.spawn("retention", work, required=False)
-    await crashed.wait()
-    assert supervisor.problems() == []
+    assert await supervisor.status() == {"tasks": {"down": {}}}
     task.cancel()

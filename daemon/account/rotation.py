@@ -15,8 +15,9 @@ When the reset's outcome is unknown (a timeout, a lost connection, a 5xx, an ans
 without a token) the token in hand tells: if the service still takes it, the reset did
 not happen (`failure`); if it refuses it, the service has credentials recoveryd never
 received (`lockout`). A locked-out daemon makes no call at all (each could only be
-refused, and a stream of refused calls can get an account blocked), fails readiness,
-and re-reads the credentials file until an operator puts a token that works there.
+refused, and a stream of refused calls can get an account blocked), says so in its
+gauge, status and log (not in readiness: callbacks are still stored), and re-reads the
+credentials file until an operator puts a token that works there.
 
 A restart that finds a rotation recorded as under way resolves it the same way, except
 that credentials saved by that very rotation (their `rotation` id) settle it as a
@@ -115,8 +116,9 @@ class Rotator:
         self._wall_clock = wall_clock
         self._sleep = sleep
         self._busy = asyncio.Lock()
-        self._trouble: str | None = None  # why readiness fails, while it does
-        self._unrecorded: tuple[int, RotationResult, str | None] | None = None
+        self._trouble: str | None = None  # why calls cannot be made, while they cannot
+        # The end of a rotation the store could not record yet: id, result, reason, when.
+        self._unrecorded: tuple[int, RotationResult, str | None, float] | None = None
         self._checking: asyncio.Task[None] | None = None
         self._dlq_retention: float | None = None
         client.on_refused = self.token_refused
@@ -128,9 +130,9 @@ class Rotator:
         return self._schedule
 
     def problems(self) -> list[str]:
-        """Why the daemon cannot call the service (for readiness); empty when it can. Read
-        at each probe: a rotation or a token written to the credentials file may bring a
-        token that the start did not have."""
+        """Why the daemon cannot call the service (for the status); empty when it can. Read
+        each time: a rotation or a token written to the credentials file may bring a token
+        that the start did not have."""
         problems = [self._trouble] if self._trouble else []
         if not self._holder.current.token:
             problems.append(
@@ -160,6 +162,9 @@ class Rotator:
         success = await self._store.last_rotation_success()
         if success is not None:  # before the first rotation the gauge stays absent
             self._metrics.last_rotation_success.set(success)
+        failure = await self._store.last_rotation_failure()
+        if failure is not None:  # likewise before the first failure
+            self._metrics.last_rotation_failure.set(failure)
         tasks = [self._supervisor.spawn("rotation", self._recover_then_watch)]
         scheduler = None
         if self._schedule:
@@ -410,15 +415,16 @@ class Rotator:
             self._metrics.last_rotation_success.set(now)
             log.info("token rotated", rotation=rotation_id, note=reason)
         elif result == "failure":
+            self._metrics.last_rotation_failure.set(now)
             log.warning("token rotation failed", rotation=rotation_id, reason=reason)
-        self._unrecorded = (rotation_id, result, reason)
+        # Recorded with the time the gauges took, which a restart reads back.
+        self._unrecorded = (rotation_id, result, reason, now)
         with contextlib.suppress(StoreUnavailable):  # recorded before the next rotation
             await self._record_unrecorded()
 
     async def _record_unrecorded(self) -> None:
         if self._unrecorded is not None:
-            rotation_id, result, reason = self._unrecorded
-            await self._store.finish_rotation(rotation_id, result, reason, self._wall_clock())
+            await self._store.finish_rotation(*self._unrecorded)
             self._unrecorded = None
 
     async def _read_saved(self) -> Saved | None:

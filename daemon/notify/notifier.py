@@ -164,12 +164,14 @@ class Notifier:
         verdict = await self._post(job)
         now = self._wall_clock()
         step = next_step(verdict, attempt, job.queued_at, now, timing, self._rand)
-        await self._store.finish_notification_attempt(
+        made_failed = await self._store.finish_notification_attempt(
             job.id, step.result, status=verdict.status, reason=step.reason,
             next_at=step.next_at, now=now,
         )  # fmt: skip
         result = "retried" if step.result == "retry" else step.result
         self._metrics.notifications.labels(job.rule, result).inc()
+        if made_failed:
+            self._metrics.count_failed("notify_failed", [job.rule])
         context = {"dlq_id": job.dlq_id, "rule": job.rule, "receiver": job.receiver,
                    "attempt": attempt, "status": verdict.status}  # fmt: skip
         if step.result == "sent":

@@ -43,7 +43,7 @@ from typing import Any, cast
 
 import structlog
 
-from daemon.metrics import Metrics
+from daemon.metrics import FailedReason, Metrics
 from daemon.pipeline.calls import recording
 from daemon.pipeline.failures import backoff, is_final_for
 from daemon.replicas import LeaseFence
@@ -542,7 +542,7 @@ class Batcher:
         rules' policies (read back from the store, so they hold across a restart)."""
         queued = await self._settle(
             record, sent=sent, done=done, again=dlq_ids, failed=failed, gone=gone,
-            reason=reason, runs=runs, calls=calls,
+            failed_as="check_refused", reason=reason, runs=runs, calls=calls,
         )  # fmt: skip
         self.add(queued)
 
@@ -563,16 +563,17 @@ class Batcher:
         done: Sequence[str] = (),
         again: Sequence[str] = (),
         failed: Sequence[str] = (),
+        failed_as: FailedReason = "call_rejected",
         gone: Sequence[str] = (),
         reason: str | None = None,
         runs: Sequence[dict[str, Any]] = (),
         calls: Sequence[dict[str, Any]] = (),
     ) -> list[Pending]:
-        """Record the batch's outcome; the dlqIds decided again, to queue. Nothing when
-        the store cannot take it: the batch stays unsettled, and housekeeping checks it
-        with GETs, so nothing is lost."""
+        """Record the batch's outcome, counting the dlqIds it made `failed` as `failed_as`;
+        the dlqIds decided again, to queue. Nothing when the store cannot take it: the
+        batch stays unsettled, and housekeeping checks it with GETs, so nothing is lost."""
         try:
-            return await self._store.settle_batch(
+            settled = await self._store.settle_batch(
                 record.id,
                 done=done,
                 again=again,
@@ -590,3 +591,5 @@ class Batcher:
             return []
         finally:
             self._release(record)
+        self._metrics.count_failed(failed_as, (rule for _, rule in settled.failed))
+        return settled.decided

@@ -64,12 +64,13 @@ class Fetcher:
     ) -> None:
         """`lease` outlasts the client's retries of one fetch. A failed fetch is tried
         again after `retry_base` * 2**(tries-1) seconds, jittered, at most `retry_cap`.
-        Only an answer that is final for the dlqId (a 4xx but 401/403/404/408/429) ends it
-        `failed`, after `max_tries`; a service or network that is down never does. Idle
-        workers look again every `idle_poll` seconds (retries come due) or as soon as
-        `wake` says a callback arrived. `fetch` is RECOVERYD_FETCH: with "needed", a
-        signed callback that tells what the rules read is decided without a GET. The
-        leases are `replica`'s (daemon/replicas.py), and its decided dlqIds with them."""
+        Only answers that are final for the dlqId (a 4xx but 401/403/404/408/429) end it
+        `failed`, at the `max_tries`'th of them; a service or network that is down never
+        does, nor do the tries it failed count towards those. Idle workers look again
+        every `idle_poll` seconds (retries come due) or as soon as `wake` says a callback
+        arrived. `fetch` is RECOVERYD_FETCH: with "needed", a signed callback that tells
+        what the rules read is decided without a GET. The leases are `replica`'s
+        (daemon/replicas.py), and its decided dlqIds with them."""
         self._store = store
         self._client = client
         self._rules = rules
@@ -151,6 +152,7 @@ class Fetcher:
             return False
         outcomes = await asyncio.gather(*(self._fetch(item) for item in claimed))
         settled = await self._store.settle(self._owner, list(outcomes), self._wall_clock())
+        self._metrics.count_failed("fetch_refused", (rule for _, rule in settled.failed))
         for dlq_id, rule in settled.over_budget:
             self._metrics.budget_exhausted.labels(rule).inc()
             log.info("budget spent; not recovered", dlq_id=dlq_id, rule=rule)
@@ -242,11 +244,13 @@ class Fetcher:
         self, claimed: Claimed, error: ServiceError, calls: tuple[dict[str, object], ...]
     ) -> Outcome:
         reason = f"fetching the DLQ message failed: {error}"
-        if is_final_for(error) and claimed.tries >= self._max_tries:
+        # Only final answers count towards `failed`: the tries an outage spent do not.
+        refused = is_final_for(error)
+        refusals = claimed.refusals + refused
+        if refused and refusals >= self._max_tries:
             log.error("dlq message not fetched; giving up", dlq_id=claimed.dlq_id, reason=reason)
-            return Outcome(
-                claimed.dlq_id, "failed", reason=f"{reason} ({claimed.tries} tries)", calls=calls
-            )
+            why = f"{reason} ({refusals} final answers in {claimed.tries} tries)"
+            return Outcome(claimed.dlq_id, "failed", reason=why, refused=True, calls=calls)
         delay = backoff(claimed.tries, self._retry_base, self._retry_cap, self._rand)
         # An outage fails thousands at once: the log's repeat filter folds these lines
         # into one a minute with a count (daemon/logs.py).
@@ -257,5 +261,6 @@ class Fetcher:
             "received",
             reason=reason,
             retry_at=self._wall_clock() + delay,
+            refused=refused,
             calls=calls,
         )

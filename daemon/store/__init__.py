@@ -140,12 +140,12 @@ class Store(Protocol):
         calls: Sequence[dict[str, Any]] = (),
         sent: bool,
         now: float,
-    ) -> list[Pending]:
+    ) -> Settled:
         """Close a pending batch: `done`, decided `again` (returned, with their rules, as
-        the batcher queues them), or `failed` or `gone` with `reason`; a batch already settled is
-        left as it is. `sent`: the call may have reached the service, and counts as a
-        send of each of its dlqIds; False when it was refused before the service acted
-        (or never made)."""
+        the batcher queues them), or `failed` (returned: those this settle made failed,
+        with their rules) or `gone` with `reason`; a batch already settled is left as it
+        is. `sent`: the call may have reached the service, and counts as a send of each of
+        its dlqIds; False when it was refused before the service acted (or never made)."""
         ...
 
     async def unsettled_batches(self, owner: str | None = None) -> list[BatchRecord]:
@@ -246,9 +246,10 @@ class Store(Protocol):
         reason: str,
         next_at: float | None,
         now: float,
-    ) -> None:
+    ) -> bool:
         """Record an attempt's outcome: `sent`, `failed`, or `retry` at `next_at`; an
-        ended notification is noted in its dlqId's record (see sqlite_notify)."""
+        ended notification is noted in its dlqId's record (see sqlite_notify). True when
+        this made the dlqId its notify rule decided `failed`."""
         ...
 
     async def begin_rotation(self, now: float) -> int | None:
@@ -276,6 +277,10 @@ class Store(Protocol):
 
     async def last_rotation_success(self) -> float | None:
         """When the last successful rotation finished (Unix time)."""
+        ...
+
+    async def last_rotation_failure(self) -> float | None:
+        """When the last rotation that ended in `failure` finished (Unix time)."""
         ...
 
     async def begin_sweep_run(

@@ -46,6 +46,9 @@ class Claimed:
     # The callback's bytes when its signature verified: what a decision may be made from
     # without a GET (RECOVERYD_FETCH=needed). None for one taken unsigned.
     signed_callback: bytes | None = field(default=None, repr=False)
+    # The final answers (a 400...) its reads got before this try; transient failures
+    # (an outage) are tries but not refusals. `failed` at the fetch_tries'th.
+    refusals: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Outcome:
     fingerprint: str | None = None  # the message's url and body, hashed: see sqlite_lineage
     budget: Budget | None = None
     retry_at: float | None = None
+    refused: bool = False  # the read got a final answer: one more of the dlqId's refusals
     would: dict[str, Any] | None = None  # the call a dry run did not make
     calls: tuple[dict[str, Any], ...] = field(default=())
     # Queued in the same commit as the outcome (an outbox): the notify rules it matched.
@@ -83,11 +87,14 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Settled:
-    """What settling a chunk of outcomes did: the dlqIds now `decided`, for the batcher,
-    and the recoveries a rule's budget stopped (`skipped`), by rule."""
+    """What settling a chunk of outcomes (or a batch) did: the dlqIds now `decided`, for
+    the batcher, the recoveries a rule's budget stopped (`skipped`), by rule, and the
+    dlqIds this very commit made `failed`, by rule ("" when none had decided them), for
+    recoveryd_dlq_ids_failed_total."""
 
     decided: list[Pending]
     over_budget: list[tuple[str, str]]  # (dlqId, rule)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (dlqId, rule or "")
 
 
 @dataclass(frozen=True)
@@ -217,6 +224,8 @@ def tally(settled: Settled, outcome: Outcome, state: State, stopped: bool, now: 
     if stopped:
         assert outcome.rule is not None
         settled.over_budget.append((outcome.dlq_id, outcome.rule))
+    if state == "failed":
+        settled.failed.append((outcome.dlq_id, outcome.rule or ""))
     if state == "decided":
         assert outcome.action is not None
         assert outcome.overrides is not None
@@ -281,6 +290,7 @@ class RecordRow(NamedTuple):
     workflow_run_id: str | None
     would: str | None
     tries: int
+    refusals: int
     sends: int
     batch_ids: Any  # a JSON column, as are calls and history
     calls: Any
@@ -304,6 +314,7 @@ def record_json(row: RecordRow, batches: list[dict[str, Any]], load: Load) -> di
         "workflowRunId": row.workflow_run_id,
         "wouldCall": json.loads(row.would) if row.would else None,
         "fetchAttempts": row.tries,
+        "fetchRefusals": row.refusals,
         "sends": row.sends,
         "calls": load(row.calls),
         "batches": batches,

@@ -74,6 +74,7 @@ MIGRATIONS = (
     endpoints.SCHEMA,
     lineage.RUN_INDEX_DROPPED,
     pipeline.VERIFIED,
+    pipeline.REFUSALS,
 )
 
 
@@ -244,8 +245,8 @@ class SQLiteStore:
         calls: Sequence[dict[str, Any]] = (),
         sent: bool,
         now: float,
-    ) -> list[Pending]:
-        def settle(connection: sqlite3.Connection) -> list[Pending]:
+    ) -> Settled:
+        def settle(connection: sqlite3.Connection) -> Settled:
             return pipeline.settle_batch(
                 connection, batch_id, done=done, again=again, failed=failed, gone=gone,
                 reason=reason, runs=runs, calls=calls, sent=sent, now=now,
@@ -324,14 +325,14 @@ class SQLiteStore:
         reason: str,
         next_at: float | None,
         now: float,
-    ) -> None:
-        def finish(connection: sqlite3.Connection) -> None:
-            notify.finish_attempt(
+    ) -> bool:
+        def finish(connection: sqlite3.Connection) -> bool:
+            return notify.finish_attempt(
                 connection, notification_id, result, status=status, reason=reason,
                 next_at=next_at, now=now,
             )  # fmt: skip
 
-        await self._write(finish)
+        return await self._write(finish)
 
     # -- retention (sqlite_retention.py) ---------------------------------------------
 
@@ -379,6 +380,9 @@ class SQLiteStore:
 
     async def last_rotation_success(self) -> float | None:
         return await self._run(rotations.last_success_at)
+
+    async def last_rotation_failure(self) -> float | None:
+        return await self._run(rotations.last_failure_at)
 
     # -- sweep runs (sqlite_sweeps.py) -------------------------------------------------
 

@@ -120,24 +120,26 @@ def finish_attempt(
     reason: str,
     next_at: float | None,
     now: float,
-) -> None:
+) -> bool:
     """Record an attempt's outcome: `sent`, `failed`, or `retry` at `next_at`. When the
     notification ends, its dlqId's record says so: a dlqId its notify rule decided ends
-    `failed` with the reason if it cannot be delivered."""
+    `failed` with the reason if it cannot be delivered (True then)."""
     if result == "retry":
         connection.execute(
             "UPDATE notifications SET last_status = ?, reason = ?, next_at = ? "
             "WHERE id = ? AND state = 'pending'",
             (status, reason, next_at, notification_id),
         )
-        return
+        return False
     row = connection.execute(
         "UPDATE notifications SET state = ?, last_status = ?, reason = ?, finished_at = ? "
         "WHERE id = ? AND state = 'pending' RETURNING dlq_id, rule, receiver",
         (result, status, reason, now, notification_id),
     ).fetchone()
-    if row is not None:
-        _tell_the_record(connection, *row, result=result, reason=reason, now=now)
+    if row is None:
+        return False
+    decided = _tell_the_record(connection, *row, result=result, reason=reason, now=now)
+    return decided and result == "failed"
 
 
 def _tell_the_record(
@@ -149,9 +151,9 @@ def _tell_the_record(
     result: NotificationResult,
     reason: str,
     now: float,
-) -> None:
+) -> bool:
     """The dlqId decided by this notify rule: its reason (and, failed, its state) follow
-    the notification. One that another rule decided: a line in its history only."""
+    the notification (True). One that another rule decided: a line in its history only."""
     if result == "sent":
         state, why = "done", f"rule {rule} notified {receiver}"
     else:
@@ -163,13 +165,15 @@ def _tell_the_record(
         "WHERE dlq_id = :dlq_id AND rule = :rule AND action = 'notify' AND state = 'done'",
         {"state": state, "why": why, "now": now, "event": event, "dlq_id": dlq_id, "rule": rule},
     ).rowcount
-    if not decided:
-        name = "notified" if result == "sent" else "notification-failed"
-        event = json.dumps({"state": name, "at": now, "rule": rule, "reason": why})
-        connection.execute(
-            "UPDATE callbacks SET history = json_insert(history, '$[#]', json(?)) WHERE dlq_id = ?",
-            (event, dlq_id),
-        )
+    if decided:
+        return True
+    name = "notified" if result == "sent" else "notification-failed"
+    event = json.dumps({"state": name, "at": now, "rule": rule, "reason": why})
+    connection.execute(
+        "UPDATE callbacks SET history = json_insert(history, '$[#]', json(?)) WHERE dlq_id = ?",
+        (event, dlq_id),
+    )
+    return False
 
 
 def pending_count(connection: sqlite3.Connection) -> int:

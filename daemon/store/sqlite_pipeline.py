@@ -76,6 +76,14 @@ VERIFIED = """
     ALTER TABLE callbacks ADD COLUMN verified INTEGER NOT NULL DEFAULT 0;
 """
 
+# Migration 15: the final answers (a 400...) a dlqId's reads got, apart from its tries: an
+# outage's transient failures count as tries, and must not bring it nearer to `failed`.
+# Rows from before it start at 0: their tries cannot be told apart, and starting over
+# can only give a dlqId up to five more final answers, never fail one early.
+REFUSALS = """
+    ALTER TABLE callbacks ADD COLUMN refusals INTEGER NOT NULL DEFAULT 0;
+"""
+
 # Migration 5: the pending-work queries must not read the finished work, which is nearly
 # all of the table. `claimable` holds only received rows (partial), ordered so that claim
 # reads the free ones and the due ones without stepping over those in backoff or leased;
@@ -148,10 +156,10 @@ def claim(
         f"  SELECT * FROM (SELECT rowid AS id, received_at {claimable} "
         "    AND lease_until <= :now ORDER BY received_at LIMIT :limit)"
         ") ORDER BY received_at LIMIT :limit) "
-        "RETURNING dlq_id, tries, CASE WHEN :bodies AND verified THEN body END",
+        "RETURNING dlq_id, tries, CASE WHEN :bodies AND verified THEN body END, refusals",
         {"owner": owner, "until": now + lease, "now": now, "limit": limit, "bodies": bodies},
     ).fetchall()
-    return [Claimed(dlq_id, tries, signed) for dlq_id, tries, signed in rows]
+    return [Claimed(*row) for row in rows]
 
 
 def settle(
@@ -181,7 +189,7 @@ def settle(
             "action = :action, matched = :matched, overrides = :overrides, "
             "workflow_run_id = :run, workflow_key = :key, fingerprint = :fingerprint, "
             "would = :would, "
-            "lease_owner = NULL, lease_until = :retry_at, "
+            "lease_owner = NULL, lease_until = :retry_at, refusals = refusals + :refused, "
             "calls = :calls, "
             "decided_at = CASE WHEN :rule IS NULL THEN decided_at ELSE :now END, "
             f"updated_at = :now, {_HISTORY} "
@@ -198,6 +206,7 @@ def settle(
                 "fingerprint": outcome.fingerprint,
                 "would": records.json_text(outcome.would),
                 "retry_at": outcome.retry_at,
+                "refused": int(outcome.refused),
                 "calls": json.dumps(_calls(connection, outcome.dlq_id) + list(outcome.calls)),
                 "event": _event(state, now, reason=reason, rule=outcome.rule),
                 "now": now,
@@ -286,17 +295,18 @@ def settle_batch(
     calls: Sequence[dict[str, Any]] = (),
     sent: bool,
     now: float,
-) -> list[Pending]:
+) -> Settled:
     """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
-    batch), or `failed` or `gone` with `reason`; returns those decided again, with their rules.
-    `sent`: the call may have reached the service, and counts as a send for every dlqId
-    of the batch; False when it was refused before the service acted or never made. A
-    batch already settled is left as it is (its dlqIds may be in another batch now)."""
+    batch), or `failed` or `gone` with `reason`; returns those decided again, with their
+    rules, and those it made failed. `sent`: the call may have reached the service, and
+    counts as a send for every dlqId of the batch; False when it was refused before the
+    service acted or never made. A batch already settled is left as it is (its dlqIds
+    may be in another batch now)."""
     found = connection.execute(
         "SELECT state, dlq_ids FROM batches WHERE id = ?", (batch_id,)
     ).fetchone()
     if found is None or found[0] != "pending":
-        return []
+        return Settled([], [])
     connection.execute(
         "UPDATE batches SET state = 'settled', settled_at = ?, reason = ?, "
         "runs = ?, calls = ?, sent_at = CASE WHEN ? THEN coalesce(sent_at, ?) ELSE sent_at END "
@@ -316,7 +326,14 @@ def settle_batch(
         ("failed", failed, reason),
         ("gone", gone, reason),
     )
+    made_failed: list[tuple[str, str]] = []
     for state, dlq_ids, why in moves:
+        if state == "failed":  # those the move below takes: still batched
+            made_failed = connection.execute(
+                "SELECT dlq_id, coalesce(rule, '') FROM callbacks "
+                "WHERE dlq_id IN (SELECT value FROM json_each(?)) AND state = 'batched'",
+                (json.dumps(list(dlq_ids)),),
+            ).fetchall()
         connection.executemany(
             "UPDATE callbacks SET state = :state, reason = :reason, updated_at = :now, "
             f"{_HISTORY} WHERE dlq_id = :dlq_id AND state = 'batched'",
@@ -331,7 +348,8 @@ def settle_batch(
                 for dlq_id in dlq_ids
             ],
         )
-    return _decided(connection, again)
+    failed_now = [(dlq_id, rule) for dlq_id, rule in made_failed]
+    return Settled(_decided(connection, again), [], failed_now)
 
 
 def _decided(connection: sqlite3.Connection, dlq_ids: Iterable[str]) -> list[Pending]:
@@ -365,7 +383,8 @@ def record(connection: sqlite3.Connection, dlq_id: str) -> dict[str, Any] | None
     """Everything known about one dlqId, as `/api/v1/dlq/{dlqId}` answers it."""
     row = connection.execute(
         "SELECT dlq_id, state, reason, rule, action, matched, overrides, workflow_run_id, "
-        "would, tries, sends, batch_ids, calls, history, received_at, decided_at, updated_at "
+        "would, tries, refusals, sends, batch_ids, calls, history, received_at, decided_at, "
+        "updated_at "
         "FROM callbacks WHERE dlq_id = ?",
         (dlq_id,),
     ).fetchone()
@@ -436,7 +455,7 @@ def redrive(
         rows = connection.execute(f"SELECT dlq_id FROM callbacks WHERE {condition}", params)
         return sorted(dlq_id for (dlq_id,) in rows)
     rows = connection.execute(
-        "UPDATE callbacks SET state = 'received', tries = 0, lease_owner = NULL, "
+        "UPDATE callbacks SET state = 'received', tries = 0, refusals = 0, lease_owner = NULL, "
         "lease_until = NULL, reason = NULL, updated_at = :now, "
         # json_patch onto {} drops the null members, as _event leaves out empty ones.
         "history = json_insert(history, '$[#]', json_patch('{}', json_object("

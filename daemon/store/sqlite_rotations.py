@@ -78,3 +78,10 @@ def unless_rotating(connection: sqlite3.Connection, write: Callable[[], None]) -
         return False
     write()
     return True
+
+
+def last_failure_at(connection: sqlite3.Connection) -> float | None:
+    row = connection.execute(
+        "SELECT max(finished_at) FROM rotations WHERE result = 'failure'"
+    ).fetchone()
+    return row[0] if row else None

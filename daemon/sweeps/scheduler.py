@@ -146,7 +146,7 @@ class Sweeper:
             if sweep is None:
                 sweep = self._sweeps[name] = _Sweep(name, spec.schedule)
                 sweep.task = self._supervisor.spawn(
-                    f"sweep-{name}", functools.partial(self._loop, sweep), required=False
+                    f"sweep-{name}", functools.partial(self._loop, sweep)
                 )
             elif not sweep.retired and sweep.schedule == spec.schedule:
                 continue

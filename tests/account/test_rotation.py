@@ -139,8 +139,8 @@ async def test_a_reset_lost_before_it_happened_is_a_failure(tmp_path: Path) -> N
 
 async def test_a_reset_that_times_out_after_succeeding_is_a_lockout(tmp_path: Path) -> None:
     """The service resets the token but its answer never arrives: the old token is
-    refused and the new one unknown. recoveryd says so, fails readiness and makes no
-    call until a token that works is put in the credentials file, then carries on."""
+    refused and the new one unknown. recoveryd says so and makes no call until a token
+    that works is put in the credentials file, then carries on."""
     # The reset's answer is lost (held 2 s, the call gives up after 0.5 s) and the service
     # acts once the hold is over, at ~2 s; the first check, at ~3.5 s, must come later
     # than that, with room for an emulator or a client that lags on a loaded machine.
@@ -164,12 +164,11 @@ async def test_a_reset_that_times_out_after_succeeding_is_a_lockout(tmp_path: Pa
             entry["log_level"] == "error" and entry["event"].startswith("TOKEN LOCKOUT")
             for entry in logs
         )
-        ready = await h.recoveryd.public.get("/readyz")
-        assert ready.status_code == 503
-        assert "locked out" in ready.json()["error"]
+        status = await h.status()
+        assert "locked out" in status["token"]["problems"][0]
         assert h.recoveryd.metric("recoveryd_token_lockout") == 1
         assert h.recoveryd.metric("recoveryd_token_rotations_total", result="lockout") == 1
-        assert (await h.status())["token"]["lockedOut"] is True
+        assert status["token"]["lockedOut"] is True
         refused = await rotate(h)  # no rotation while locked out: it could only fail
         assert refused.status_code == 409
 
@@ -184,14 +183,14 @@ async def test_a_reset_that_times_out_after_succeeding_is_a_lockout(tmp_path: Pa
         # The operator puts the token from the service's console in the file.
         (tmp_path / "credentials.json").write_text(json.dumps({"token": h.emulator.account.token}))
         assert await h.settled(5) == {"done": 5}
-        assert (await h.recoveryd.public.get("/readyz")).status_code == 200
         assert h.recoveryd.metric("recoveryd_token_lockout") == 0
         status = await h.status()
+        assert status["token"]["problems"] == []
         last = status["lastTokenRotation"]
         assert last["result"] == "lockout"
         assert last["resolvedAt"] is not None
         secrets = {TOKEN, PASSWORD, h.emulator.account.token, h.emulator.account.password}
-        shown = json.dumps(logs, default=str) + answer.text + ready.text
+        shown = json.dumps(logs, default=str) + answer.text + json.dumps(status)
         assert not [secret for secret in secrets if secret in shown]
 
 
@@ -205,7 +204,7 @@ async def test_a_token_reset_elsewhere_locks_out_after_the_first_refusal(tmp_pat
         dlq_ids = await h.seed(workflows(30))
         await h.send_callbacks(dlq_ids)
         await wait_for_metric(h, "recoveryd_token_lockout", 1)
-        assert "refuses the token" in (await h.recoveryd.public.get("/readyz")).text
+        assert "refuses the token" in (await h.status())["token"]["problems"][0]
         refused = len(await h.journal())
         await asyncio.sleep(0.5)
         journal = await h.journal()
@@ -216,6 +215,32 @@ async def test_a_token_reset_elsewhere_locks_out_after_the_first_refusal(tmp_pat
         (tmp_path / "c.json").write_text(json.dumps({"token": reset.json()["token"]}))
         assert await h.settled(30) == {"done": 30}
         assert h.recoveryd.metric("recoveryd_token_lockout") == 0
+
+
+async def test_a_lockout_leaves_the_one_replica_ready_and_storing_callbacks(
+    tmp_path: Path,
+) -> None:
+    """Locked out, a lone replica still stores every callback, so `/readyz` stays 200: a
+    Service whose only endpoint failed readiness would refuse the service's callbacks for
+    nothing. The lockout shows in its gauge, the status and the log instead."""
+    async with harness(tmp_path, RESUME_ALL, CREDENTIALS_FILE=str(tmp_path / "c.json")) as h:
+        reset = await h.control.post(RESET, auth=(USERNAME, PASSWORD))
+        assert reset.status_code == 200
+        await h.send_callbacks(await h.seed(workflows(1)))
+        await wait_for_metric(h, "recoveryd_token_lockout", 1)
+
+        during = await h.seed(workflows(20))
+        await h.send_callbacks(during)  # each answered 200
+        ready = await h.recoveryd.public.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        scraped = (await h.recoveryd.admin.get("/metrics")).text
+        assert "recoveryd_token_lockout 1.0" in scraped
+        assert "recoveryd_ready 1.0" in scraped
+        status = await h.status()
+        assert status["token"]["lockedOut"] is True
+        assert "refuses the token" in status["token"]["problems"][0]
+        assert status["states"]["received"] == 21
+        assert {(await h.record(dlq_id))["state"] for dlq_id in during} == {"received"}
 
 
 async def test_no_reset_when_the_new_credentials_could_not_be_saved(tmp_path: Path) -> None:
@@ -282,6 +307,34 @@ async def test_account_limits_are_exported_by_our_names_one_family_a_unit(
     assert "recoveryd_account_dlq_retention_seconds" not in text  # now dlq_retention above
     # The credentials file keeps the service's names: it holds what the service said.
     assert saved(tmp_path)["limits"] == DEFAULT_LIMITS | {"max_requests_per_second": rate}
+
+
+async def test_a_failure_after_a_success_is_exported_newer_and_a_restart_keeps_both(
+    tmp_path: Path,
+) -> None:
+    """A rotation fails after one succeeded: the last failure's time is exported beside
+    the last success's, and newer (RecoverydTokenRotationFailing compares the two); a
+    restart reads both back from the store."""
+    settings = rotation_settings(tmp_path / "credentials.json")
+    names = (
+        "recoveryd_token_last_rotation_success_timestamp_seconds",
+        "recoveryd_token_rotation_last_failure_timestamp_seconds",
+    )
+    async with harness(tmp_path, RESUME_ALL, **settings) as h:
+        assert names[1] not in (await h.recoveryd.admin.get("/metrics")).text
+        assert (await rotate(h)).status_code == 200
+        await h.fault(kind="status", status=400, times=1, paths=[RESET])
+        assert (await rotate(h)).status_code == 502
+        success, failure = (h.recoveryd.metric(name) for name in names)
+    assert 0 < success < failure
+
+    async with harness(tmp_path, RESUME_ALL, **settings) as h:
+
+        def read_back() -> tuple[float, ...] | None:
+            values = tuple(h.recoveryd.metric(name) for name in names)
+            return values if all(values) else None
+
+        assert await eventually(read_back, 10, "the timestamps read back") == (success, failure)
 
 
 async def test_the_last_rotation_success_is_absent_before_the_first_rotation(

@@ -105,7 +105,8 @@ def metric_names(text: str) -> set[str]:
 def exported_metrics() -> set[str]:
     """Every metric family daemon/metrics.py defines, counters by their `_total` name."""
     metrics = Metrics(CollectorRegistry())
-    metrics.last_rotation_success.set(0)  # registered at its first value
+    metrics.last_rotation_success.set(0)  # registered at their first value
+    metrics.last_rotation_failure.set(0)
     return {
         family.name + "_total" if family.type == "counter" else family.name
         for family in metrics.registry.collect()
@@ -281,7 +282,7 @@ def test_every_dashboard_query_and_alert_rule_works_on_a_live_daemon(tmp_path: P
         serving(tmp_path, SERVICE_URL=service_url, **settings) as served,
         prometheus(tmp_path, served.admin_url.removeprefix("http://")) as api,
     ):
-        # Scraped before the work, so the gauges' rises are seen (RecoverydDlqIdsFailed).
+        # Scraped before the work, so the rises of the gauges and counters are seen.
         poll(lambda: bool(query(api, "recoveryd_dlq_ids")), 30, "a first scrape")
         recover_with_trouble(served, control)
         targets = [(title, ref, as_grafana_sends(expr)) for title, ref, expr in dashboard_targets()]
@@ -291,7 +292,7 @@ def test_every_dashboard_query_and_alert_rule_works_on_a_live_daemon(tmp_path: P
         while without_data := [target for target in targets if not query(api, target[2])]:
             assert time.monotonic() < deadline, f"panels without data: {without_data}"
             time.sleep(0.2)
-        # The failed dlqIds' rise, scraped and evaluated.
+        # The failed dlqIds, counted as they fail, scraped and evaluated.
         poll(lambda: "RecoverydDlqIdsFailed" in active_alerts(api), 15, "the failed dlqIds alert")
         evaluated, active = rules(api), active_alerts(api)
 

@@ -219,6 +219,9 @@ async def test_a_receiver_that_keeps_failing_ends_failed_and_a_redrive_sends_aga
             assert answer.json()["dlqIds"] == [dlq_id]
             await eventually(lambda: all_in(h, [dlq_id], "sent"))
             again = await h.record(dlq_id)
+            counted = h.recoveryd.metric(
+                "recoveryd_dlq_ids_failed_total", rule="page", reason="notify_failed"
+            )
 
     assert failed["state"] == "failed"
     assert failed["reason"].startswith(f"rule page could not notify {url.removesuffix('/hook')}")
@@ -231,6 +234,7 @@ async def test_a_receiver_that_keeps_failing_ends_failed_and_a_redrive_sends_aga
     assert receiver.keys_of(dlq_id) == {idempotency_key(dlq_id, "page")}
     assert again["state"] == "done"
     assert again["notifications"][0]["attempts"] == 1
+    assert counted == 1  # redriven and done since: still counted
 
 
 async def test_a_refusal_ends_the_notification_at_once(tmp_path: Path) -> None:

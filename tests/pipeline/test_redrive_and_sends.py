@@ -123,7 +123,9 @@ async def test_resent_batches_keep_the_rules_max_size(tmp_path: Path) -> None:
 
 async def test_a_redrive_sends_failed_dlq_ids_through_again(tmp_path: Path) -> None:
     """Failed by a 400 on the fetch; once the cause is gone a redrive (listed first with
-    dryRun) fetches and recovers them; a bad filter is a 400 naming the field."""
+    dryRun) fetches and recovers them; a bad filter is a 400 naming the field. The
+    failures stay counted: the redrive empties the failed state, not the counter the
+    alert reads."""
     async with harness(tmp_path, SMALL_BATCHES) as h:
         dlq_ids = await h.seed(workflows(3))
         await h.fault(kind="status", status=400, times=15, paths=["/v2/dlq/"])
@@ -146,6 +148,10 @@ async def test_a_redrive_sends_failed_dlq_ids_through_again(tmp_path: Path) -> N
         assert await h.settled(3) == {"done": 3}
         record = await h.record(dlq_ids[0])
         assert "redriven" in [event["state"] for event in record["history"]]
+        scraped = (await admin.get("/metrics")).text
+        assert 'recoveryd_dlq_ids{state="failed"} 0.0' in scraped
+        failed = {"rule": "", "reason": "fetch_refused"}
+        assert h.recoveryd.metric("recoveryd_dlq_ids_failed_total", **failed) == 3
 
 
 async def test_a_dlq_id_with_a_slash_has_a_record(tmp_path: Path) -> None:

@@ -5,11 +5,21 @@ timeouts, dropped connections and 429 bursts the call rate stays under the limit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
-from tests.pipeline.support import RESUME_ALL, harness, sent_per_dlq_id
-from tests.support import workflows
+from tests.pipeline.support import RESUME_ALL, Harness, harness, sent_per_dlq_id
+from tests.support import FAST_RETRY, FAST_TUNING, eventually, workflows
+
+FAILED = "recoveryd_dlq_ids_failed_total"
+
+
+async def failed_count(h: Harness, count: int, **labels: str) -> None:
+    """Wait for recoveryd_dlq_ids_failed_total{labels} to reach `count`, and check it
+    goes no further than it (counted once per dlqId)."""
+    await eventually(lambda: h.recoveryd.metric(FAILED, **labels) >= count, 10, FAILED)
+    assert h.recoveryd.metric(FAILED, **labels) == count
 
 
 async def test_a_message_the_service_refuses_fails_with_the_reason(tmp_path: Path) -> None:
@@ -23,12 +33,35 @@ async def test_a_message_the_service_refuses_fails_with_the_reason(tmp_path: Pat
 
         record = await h.record(dlq_id)
         assert record["reason"].startswith("fetching the DLQ message failed")
-        assert record["reason"].endswith("(5 tries)")
-        assert record["fetchAttempts"] == 5
+        assert record["reason"].endswith("(5 final answers in 5 tries)")
+        assert (record["fetchAttempts"], record["fetchRefusals"]) == (5, 5)
         # A 400 is not retried by the client: one call a try, tries spaced by backoff.
         assert [call["status"] for call in record["calls"]] == [400] * 5
         await h.recoveryd.admin.get("/metrics")
         assert h.recoveryd.metric("recoveryd_dlq_ids", state="failed") == 1
+        await failed_count(h, 1, rule="", reason="fetch_refused")  # no rule decided it
+
+
+async def test_after_an_outage_a_message_fails_only_at_its_fifth_final_answer(
+    tmp_path: Path,
+) -> None:
+    """Four reads fail for the service's sake (503s: an outage), then the service refuses
+    the message: the first 400 does not end it `failed` on the tries the outage spent.
+    Only final answers count, and it fails at the fifth of them."""
+    one_attempt = dataclasses.replace(FAST_RETRY, max_attempts=1)  # a read a try
+    quick = dataclasses.replace(FAST_TUNING, retry_base=0.01)  # nine tries' backoff
+    async with harness(tmp_path, RESUME_ALL, retry=one_attempt, tuning=quick) as h:
+        [dlq_id] = await h.seed(workflows(1))
+        await h.fault(kind="status", status=503, times=4, paths=["/v2/dlq/"])
+        await h.fault(kind="status", status=400, times=5, paths=["/v2/dlq/"])
+        await h.send_callbacks([dlq_id])
+
+        assert await h.settled(1) == {"failed": 1}
+
+        record = await h.record(dlq_id)
+        assert [call["status"] for call in record["calls"]] == [503] * 4 + [400] * 5
+        assert (record["fetchAttempts"], record["fetchRefusals"]) == (9, 5)
+        assert record["reason"].endswith("(5 final answers in 9 tries)")
 
 
 async def test_a_message_the_service_keeps_failing_is_never_failed(tmp_path: Path) -> None:
@@ -64,6 +97,29 @@ async def test_a_bulk_call_the_service_rejects_fails_its_dlq_ids(tmp_path: Path)
         record = await h.record(dlq_ids[0])
         assert record["reason"].startswith("the service rejected the call")
         assert [call["status"] for call in record["batches"][0]["calls"]] == [400]
+        await failed_count(h, 3, rule="resume-all", reason="call_rejected")
+
+
+async def test_a_call_whose_outcome_cannot_be_checked_fails_its_dlq_ids(tmp_path: Path) -> None:
+    """Every attempt of the bulk call answered 503 (its outcome unknown), then the reads
+    that would check it refused with 400s, round after round: `failed`, and counted as
+    check_refused, not as a rejected call."""
+    rules = RESUME_ALL.replace("maxSize: 10, maxWait: 100ms", "maxSize: 1, maxWait: 30s")
+    async with harness(tmp_path, rules) as h:
+        [dlq_id] = await h.seed(workflows(1))
+        # Taken in the order armed: the fetch's read answers as usual (a latency of 0),
+        # the check's five rounds get a 400 each.
+        await h.fault(kind="latency", seconds=0, times=1, paths=["/v2/dlq/"])
+        await h.fault(kind="status", status=400, times=5, paths=["/v2/dlq/"])
+        await h.fault(kind="status", status=503, times=4, paths=["/v2/workflows/"])
+        await h.send_callbacks([dlq_id])
+
+        assert await h.settled(1) == {"failed": 1}
+
+        record = await h.record(dlq_id)
+        assert "its outcome cannot be checked" in record["reason"]
+        await failed_count(h, 1, rule="resume-all", reason="check_refused")
+        assert h.recoveryd.metric(FAILED, rule="resume-all", reason="call_rejected") == 0
 
 
 async def test_a_bulk_call_of_unknown_outcome_is_checked_before_it_is_sent_again(

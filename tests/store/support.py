@@ -15,6 +15,7 @@ import psycopg
 
 import daemon.store
 from daemon.store import Callback, Store, StoreUnavailable
+from daemon.store.postgres import schema
 from daemon.store.records import BatchRecord, Outcome, State
 from daemon.store.sqlite import MIGRATIONS, _statements
 
@@ -43,6 +44,20 @@ class OpenStore:
 
     def __call__(self, **options: Any) -> contextlib.AbstractAsyncContextManager[Store]:
         return daemon.store.open_store(self.url, **options)
+
+    def migrated_up_to(self, sqlite_script: str, postgres_script: str) -> None:
+        """Make the database as a recoveryd left it whose last migration came just before
+        `sqlite_script` or `postgres_script` (this engine's, from its MIGRATIONS)."""
+        if self.kind == "sqlite":
+            path = Path(self.url.removeprefix(SQLITE))
+            old_database(path, MIGRATIONS.index(sqlite_script)).close()
+            return
+        version = schema.MIGRATIONS.index(postgres_script)
+        with psycopg.connect(self.url) as pg:
+            for script in schema.MIGRATIONS[:version]:
+                pg.execute(script.encode())
+            pg.execute("CREATE TABLE recoveryd_schema (version integer NOT NULL)")
+            pg.execute("INSERT INTO recoveryd_schema (version) VALUES (%s)", (version,))
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
         """Run `sql` (that both databases take) beside the store, committed: its rows."""

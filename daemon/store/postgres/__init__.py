@@ -220,8 +220,8 @@ class PostgresStore:
         calls: Sequence[dict[str, Any]] = (),
         sent: bool,
         now: float,
-    ) -> list[Pending]:
-        async def settle(connection: Connection) -> list[Pending]:
+    ) -> Settled:
+        async def settle(connection: Connection) -> Settled:
             return await pipeline.settle_batch(
                 connection, batch_id, done=done, again=again, failed=failed, gone=gone,
                 reason=reason, runs=runs, calls=calls, sent=sent, now=now,
@@ -303,14 +303,14 @@ class PostgresStore:
         reason: str,
         next_at: float | None,
         now: float,
-    ) -> None:
-        async def finish(connection: Connection) -> None:
-            await notify.finish_attempt(
+    ) -> bool:
+        async def finish(connection: Connection) -> bool:
+            return await notify.finish_attempt(
                 connection, notification_id, result, status=status, reason=reason,
                 next_at=next_at, now=now,
             )  # fmt: skip
 
-        await self._write(finish)
+        return await self._write(finish)
 
     # -- retention (retention.py) ---------------------------------------------
 
@@ -380,6 +380,9 @@ class PostgresStore:
 
     async def last_rotation_success(self) -> float | None:
         return await self._run(rotations.last_success_at)
+
+    async def last_rotation_failure(self) -> float | None:
+        return await self._run(rotations.last_failure_at)
 
     # -- sweep runs (sweeps.py) -------------------------------------------------
 

@@ -108,28 +108,30 @@ async def finish_attempt(
     reason: str,
     next_at: float | None,
     now: float,
-) -> None:
+) -> bool:
     """Record an attempt's outcome: `sent`, `failed`, or `retry` at `next_at`. When the
     notification ends, its dlqId's record says so: a dlqId its notify rule decided ends
-    `failed` with the reason if it cannot be delivered."""
+    `failed` with the reason if it cannot be delivered (True then)."""
     if result == "retry":
         await connection.execute(
             "UPDATE notifications SET last_status = %s, reason = %s, next_at = %s "
             "WHERE id = %s AND state = 'pending'",
             (status, reason, next_at, notification_id),
         )
-        return
+        return False
     cursor = await connection.execute(
         "UPDATE notifications SET state = %s, last_status = %s, reason = %s, finished_at = %s "
         "WHERE id = %s AND state = 'pending' RETURNING dlq_id, rule, receiver",
         (result, status, reason, now, notification_id),
     )
     row = await cursor.fetchone()
-    if row is not None:
-        dlq_id, rule, receiver = row
-        await _tell_the_record(
-            connection, dlq_id, rule, receiver, result=result, reason=reason, now=now
-        )
+    if row is None:
+        return False
+    dlq_id, rule, receiver = row
+    decided = await _tell_the_record(
+        connection, dlq_id, rule, receiver, result=result, reason=reason, now=now
+    )
+    return decided and result == "failed"
 
 
 async def _tell_the_record(
@@ -141,9 +143,9 @@ async def _tell_the_record(
     result: NotificationResult,
     reason: str,
     now: float,
-) -> None:
+) -> bool:
     """The dlqId decided by this notify rule: its reason (and, failed, its state) follow
-    the notification. One that another rule decided: a line in its history only."""
+    the notification (True). One that another rule decided: a line in its history only."""
     if result == "sent":
         state, why = "done", f"rule {rule} notified {receiver}"
     else:
@@ -157,14 +159,15 @@ async def _tell_the_record(
         {"state": state, "why": why, "now": now, "event": jsonb(event), "dlq_id": dlq_id,
          "rule": rule},
     )  # fmt: skip
-    if not cursor.rowcount:
-        name = "notified" if result == "sent" else "notification-failed"
-        event = {"state": name, "at": now, "rule": rule, "reason": why}
-        await connection.execute(
-            "UPDATE callbacks SET history = history || jsonb_build_array(%s::jsonb) "
-            "WHERE dlq_id = %s",
-            (jsonb(event), dlq_id),
-        )
+    if cursor.rowcount:
+        return True
+    name = "notified" if result == "sent" else "notification-failed"
+    event = {"state": name, "at": now, "rule": rule, "reason": why}
+    await connection.execute(
+        "UPDATE callbacks SET history = history || jsonb_build_array(%s::jsonb) WHERE dlq_id = %s",
+        (jsonb(event), dlq_id),
+    )
+    return False
 
 
 async def pending_count(connection: Connection) -> int:

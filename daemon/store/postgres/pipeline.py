@@ -64,12 +64,15 @@ async def claim(
         "  UPDATE callbacks SET lease_owner = %(owner)s, lease_until = %(until)s, "
         "  tries = tries + 1 FROM picked WHERE callbacks.dlq_id = picked.dlq_id "
         "  RETURNING callbacks.dlq_id, callbacks.tries, callbacks.received_at, "
-        "  CASE WHEN %(bodies)s AND callbacks.verified THEN callbacks.body END AS signed"
-        ") SELECT dlq_id, tries, signed FROM claimed ORDER BY received_at, dlq_id",
+        "  CASE WHEN %(bodies)s AND callbacks.verified THEN callbacks.body END AS signed, "
+        "  callbacks.refusals"
+        ") SELECT dlq_id, tries, signed, refusals FROM claimed ORDER BY received_at, dlq_id",
         {"owner": owner, "until": now + lease, "now": now, "limit": limit, "bodies": bodies},
     )
     rows = await cursor.fetchall()
-    return [Claimed(dlq_id, tries, _bytes(signed)) for dlq_id, tries, signed in rows]
+    return [
+        Claimed(dlq_id, tries, _bytes(signed), refusals) for dlq_id, tries, signed, refusals in rows
+    ]
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -169,7 +172,7 @@ async def _record_outcome(
         "would = %(would)s, "
         # A decided dlqId stays its decider's, for its batcher (replicas.py).
         "lease_owner = CASE WHEN %(state)s = 'decided' THEN %(owner)s END, "
-        "lease_until = %(retry_at)s, "
+        "lease_until = %(retry_at)s, refusals = refusals + %(refused)s, "
         "calls = calls || %(calls)s, "
         "decided_at = CASE WHEN %(rule)s::text IS NULL THEN decided_at ELSE %(now)s END, "
         f"updated_at = %(now)s, {_HISTORY} "
@@ -186,6 +189,7 @@ async def _record_outcome(
             "fingerprint": outcome.fingerprint,
             "would": records.json_text(outcome.would),
             "retry_at": outcome.retry_at,
+            "refused": int(outcome.refused),
             "calls": jsonb(list(outcome.calls)),
             "event": jsonb(records.event(state, now, reason=reason, rule=outcome.rule)),
             "now": now,
@@ -296,12 +300,13 @@ async def settle_batch(
     calls: Sequence[dict[str, Any]] = (),
     sent: bool,
     now: float,
-) -> list[Pending]:
+) -> Settled:
     """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
-    batch), or `failed` or `gone` with `reason`; returns those decided again, with their rules.
-    `sent`: the call may have reached the service, and counts as a send for every dlqId
-    of the batch; False when it was refused before the service acted or never made. A
-    batch already settled is left as it is (its dlqIds may be in another batch now).
+    batch), or `failed` or `gone` with `reason`; returns those decided again, with their
+    rules, and those it made failed. `sent`: the call may have reached the service, and
+    counts as a send for every dlqId of the batch; False when it was refused before the
+    service acted or never made. A batch already settled is left as it is (its dlqIds
+    may be in another batch now).
 
     The batch's row is locked first: a second settle of it (another replica's) waits,
     then finds it settled, so its sends are counted once."""
@@ -310,7 +315,7 @@ async def settle_batch(
     )
     found = await cursor.fetchone()
     if found is None or found[0] != "pending":
-        return []
+        return Settled([], [])
     await connection.execute(
         "UPDATE batches SET state = 'settled', settled_at = %(now)s, reason = %(reason)s, "
         "runs = %(runs)s, calls = %(calls)s, "
@@ -338,9 +343,11 @@ async def settle_batch(
         ("failed", failed, reason),
         ("gone", gone, reason),
     )
-    for state, dlq_ids, why in moves:
-        await _move(connection, batch_id, state, list(dlq_ids), why, now)
-    return await _decided(connection, again)
+    moved = {
+        state: await _move(connection, batch_id, state, list(dlq_ids), why, now)
+        for state, dlq_ids, why in moves
+    }
+    return Settled(await _decided(connection, again), [], moved["failed"])
 
 
 async def _move(
@@ -350,16 +357,18 @@ async def _move(
     dlq_ids: list[str],
     reason: str | None,
     now: float,
-) -> None:
-    """Those of `dlq_ids` still batched move to `state`, with `reason`."""
+) -> list[tuple[str, str]]:
+    """Those of `dlq_ids` still batched move to `state`, with `reason`; those moved, with
+    their rules ("" for none)."""
     if not dlq_ids:
-        return
-    await connection.execute(
+        return []
+    cursor = await connection.execute(
         "UPDATE callbacks SET state = %(state)s, reason = %(reason)s, updated_at = %(now)s, "
         # Decided again: the batch's owner queues them (replicas.py).
         "lease_owner = CASE WHEN %(state)s = 'decided' "
         "  THEN (SELECT owner FROM batches WHERE id = %(batch)s) END, "
-        f"{_HISTORY} WHERE dlq_id = ANY(%(ids)s::text[]) AND state = 'batched'",
+        f"{_HISTORY} WHERE dlq_id = ANY(%(ids)s::text[]) AND state = 'batched' "
+        "RETURNING dlq_id, coalesce(rule, '')",
         {
             "state": state,
             "reason": reason,
@@ -369,6 +378,7 @@ async def _move(
             "batch": batch_id,
         },
     )
+    return [(dlq_id, rule) for dlq_id, rule in await cursor.fetchall()]
 
 
 async def _decided(connection: Connection, dlq_ids: Iterable[str]) -> list[Pending]:
@@ -410,7 +420,8 @@ async def record(connection: Connection, dlq_id: str) -> dict[str, Any] | None:
     columns come back as Python values; `matched`, `would` and `overrides` are text.)"""
     cursor = await connection.execute(
         "SELECT dlq_id, state, reason, rule, action, matched, overrides, workflow_run_id, "
-        "would, tries, sends, batch_ids, calls, history, received_at, decided_at, updated_at "
+        "would, tries, refusals, sends, batch_ids, calls, history, received_at, decided_at, "
+        "updated_at "
         "FROM callbacks WHERE dlq_id = %s",
         (dlq_id,),
     )
@@ -513,7 +524,7 @@ async def redrive(
         cursor = await connection.execute(f"SELECT dlq_id FROM callbacks WHERE {condition}", params)
         return sorted(dlq_id for (dlq_id,) in await cursor.fetchall())
     cursor = await connection.execute(
-        "UPDATE callbacks SET state = 'received', tries = 0, lease_owner = NULL, "
+        "UPDATE callbacks SET state = 'received', tries = 0, refusals = 0, lease_owner = NULL, "
         "lease_until = NULL, reason = NULL, updated_at = %(now)s, "
         # The state and reason left (the old values); a null reason is left out, as
         # _event leaves out empty members.

@@ -71,6 +71,14 @@ async def last_success_at(connection: Connection) -> float | None:
     return row[0] if row else None
 
 
+async def last_failure_at(connection: Connection) -> float | None:
+    cursor = await connection.execute(
+        "SELECT max(finished_at) FROM rotations WHERE result = 'failure'"
+    )
+    row = await cursor.fetchone()
+    return row[0] if row else None
+
+
 async def load_credentials(connection: Connection) -> bytes | None:
     cursor = await connection.execute("SELECT sealed FROM credentials WHERE id = 1")
     row = await cursor.fetchone()

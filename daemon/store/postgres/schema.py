@@ -246,4 +246,12 @@ VERIFIED = """
     ALTER TABLE callbacks ADD COLUMN verified boolean NOT NULL DEFAULT false;
 """
 
-MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED)
+# Migration 3: the final answers (a 400...) a dlqId's reads got, apart from its tries: an
+# outage's transient failures count as tries, and must not bring it nearer to `failed`.
+# Rows from before it start at 0: their tries cannot be told apart, and starting over
+# can only give a dlqId up to five more final answers, never fail one early.
+REFUSALS = """
+    ALTER TABLE callbacks ADD COLUMN refusals integer NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED, REFUSALS)
