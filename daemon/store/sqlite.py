@@ -74,6 +74,7 @@ MIGRATIONS = (
     endpoints.SCHEMA,
     lineage.RUN_INDEX_DROPPED,
     pipeline.VERIFIED,
+    pipeline.WAITS_FOR_SERVICE,
 )
 
 
@@ -217,6 +218,9 @@ class SQLiteStore:
 
     async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
         return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
+
+    async def retry_now(self, now: float) -> int:
+        return await self._write(lambda c: pipeline.retry_now(c, now))
 
     # An SQLite store serves one daemon: `owner` has no other replica to be told from.
 

@@ -169,7 +169,7 @@ async def _record_outcome(
         "would = %(would)s, "
         # A decided dlqId stays its decider's, for its batcher (replicas.py).
         "lease_owner = CASE WHEN %(state)s = 'decided' THEN %(owner)s END, "
-        "lease_until = %(retry_at)s, "
+        "lease_until = %(retry_at)s, waits_for_service = %(waits)s, "
         "calls = calls || %(calls)s, "
         "decided_at = CASE WHEN %(rule)s::text IS NULL THEN decided_at ELSE %(now)s END, "
         f"updated_at = %(now)s, {_HISTORY} "
@@ -186,6 +186,7 @@ async def _record_outcome(
             "fingerprint": outcome.fingerprint,
             "would": records.json_text(outcome.would),
             "retry_at": outcome.retry_at,
+            "waits": outcome.waits_for_service,
             "calls": jsonb(list(outcome.calls)),
             "event": jsonb(records.event(state, now, reason=reason, rule=outcome.rule)),
             "now": now,
@@ -194,6 +195,18 @@ async def _record_outcome(
         },
     )
     return cursor.rowcount > 0
+
+
+async def retry_now(connection: Connection, now: float) -> int:
+    """Make due now the received dlqIds in a backoff that waits for the service: free
+    (no lease), so that claims take them with the others, oldest first. A row a claim
+    holds is waited for, then re-checked: claimed meanwhile, it has a lease now."""
+    cursor = await connection.execute(
+        "UPDATE callbacks SET lease_until = NULL WHERE state = 'received' "
+        "AND lease_until > %s AND lease_owner IS NULL AND waits_for_service",
+        (now,),
+    )
+    return cursor.rowcount
 
 
 async def pending(connection: Connection, owner: str | None) -> list[Pending]:

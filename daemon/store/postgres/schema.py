@@ -246,4 +246,11 @@ VERIFIED = """
     ALTER TABLE callbacks ADD COLUMN verified boolean NOT NULL DEFAULT false;
 """
 
-MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED)
+# Migration 3: whether a received dlqId's backoff waits for the service (a transient
+# failure) rather than for itself; the service's return ends the first (`retry_now`).
+# Rows from before it wait out their backoff, as they did.
+WAITS_FOR_SERVICE = """
+    ALTER TABLE callbacks ADD COLUMN waits_for_service boolean NOT NULL DEFAULT false;
+"""
+
+MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED, WAITS_FOR_SERVICE)
