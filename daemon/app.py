@@ -114,12 +114,12 @@ async def running(
             settings, http, store, metrics, vault, credentials, saved, retry, rotation,
             wall_clock, supervisor, breaker,
         )  # fmt: skip
-        client.on_breaker_change = _breaker_watch(metrics)
         replica = replica_id()
         pipeline = Pipeline(
             store, client, rules, metrics, dry_run=settings.DRY_RUN, fetch=settings.FETCH,
             replica=replica, tuning=tuning, supervisor=supervisor, wall_clock=wall_clock,
         )  # fmt: skip
+        client.on_breaker_change = _breaker_watch(metrics, pipeline.breaker_changed)
         heartbeat = Heartbeat(
             store, replica, metrics, lease=settings.REPLICA_LEASE, limiter=client.limiter,
             on_gone=pipeline.replicas_gone, supervisor=supervisor, wall_clock=wall_clock,
@@ -346,10 +346,14 @@ def _limited(
     return limited_protocol(limits, listener, refused, route)
 
 
-def _breaker_watch(metrics: Metrics) -> Callable[[str, str], None]:
-    """The client's circuit breakers, as a metric and one log line per change."""
+def _breaker_watch(
+    metrics: Metrics, pipeline: Callable[[str, str], None]
+) -> Callable[[str, str], None]:
+    """The client's circuit breakers, as a metric and one log line per change, and told
+    to the pipeline (the work waiting for the service is due once it is back)."""
 
     def changed(operation: str, state: str) -> None:
+        pipeline(operation, state)
         metrics.circuit_open.labels(operation).set(0 if state == "closed" else 1)
         if state == "open":
             log.warning("the service keeps failing calls; holding them back and probing",

@@ -7,8 +7,8 @@ formed, marked as sending right before its call goes out, and settled after it. 
 failed call becomes depends on what the service may have done:
 
 * refused (429, 401/403, connection refused, circuit open): surely not carried out; the
-  same batch's call is made again after a growing backoff (at most `retry_cap`), and a
-  refused call is not counted as a send;
+  same batch's call is made again after a growing backoff (at most `retry_cap`), or
+  once the circuit lets calls through again, and a refused call is not counted as a send;
 * rejected (another 4xx but 404): final, the dlqIds are `failed` (a redrive can retry
   them);
 * unknown (a 5xx, a 404, a lost or corrupt answer, any attempt or page of the call that
@@ -16,6 +16,9 @@ failed call becomes depends on what the service may have done:
   looked up with a GET, retried with backoff for as long as the service cannot answer:
   one that left the DLQ was recovered (`done`), one still there goes out again. A
   service that is down never makes a dlqId `failed`.
+
+Every such backoff ends early when the service is back (`service_back`): the wait was
+for the service, not for the batch.
 
 A batch found unsettled at start whose call was never marked as sending goes straight
 back to `decided`: its call surely never left.
@@ -43,6 +46,7 @@ from daemon.supervisor import Supervisor
 from daemon.upstream import (
     MAX_BULK,
     BulkAction,
+    CircuitOpen,
     InvalidResponse,
     NotFound,
     Overrides,
@@ -144,6 +148,7 @@ class Batcher:
         self._batches: set[int] = set()  # batches this process is sending or checking
         self._tasks: set[asyncio.Task[None]] = set()
         self._wakeup = asyncio.Event()
+        self._back = asyncio.Event()  # set, and replaced, when the service is back
         self._take_up_soon = False
         self._stopping = False
 
@@ -171,6 +176,18 @@ class Batcher:
         gone, and its batches and decided dlqIds are anyone's."""
         self._take_up_soon = True
         self._wakeup.set()
+
+    def service_back(self) -> None:
+        """The service answers again (a circuit closed): the batches waiting out a
+        backoff for it go now."""
+        self._back.set()
+        self._back = asyncio.Event()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep `seconds`, or until the service is back if sooner."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._back.wait()
 
     @contextlib.asynccontextmanager
     async def running(self, drain_timeout: float = 10.0) -> AsyncIterator[None]:
@@ -317,13 +334,15 @@ class Batcher:
             error = answer.error
             if error is None or answer.may_have_acted or is_final_for(error):
                 break
+            if isinstance(error, CircuitOpen):
+                continue  # held back, not refused: _service_answers waits for the probe
             # Refused before the service acted: the same call again, later. Not a new
             # batch each time: a refusal that lasts must not grow the store.
             refusals += 1
             delay = backoff(refusals, self._retry_base, self._retry_cap, self._rand)
             log.warning("batch call refused; sending it again", batch=record.id,
                         error=str(error), in_seconds=round(delay, 3))  # fmt: skip
-            await asyncio.sleep(delay)
+            await self._pause(delay)
         if error is None:
             await self._answered(record, answer.runs, calls)
         elif answer.may_have_acted:
@@ -395,7 +414,7 @@ class Batcher:
         while (retry_at := self._client.retry_at(action)) is not None:
             if self._stopping:
                 return False
-            await asyncio.sleep(max(0.05, min(1.0, retry_at - self._clock())))
+            await self._pause(max(0.05, min(1.0, retry_at - self._clock())))
         return True
 
     async def _check(
@@ -416,7 +435,7 @@ class Batcher:
         final_rounds = 0
         while True:
             if attempt:
-                await asyncio.sleep(backoff(attempt, self._retry_base, self._retry_cap, self._rand))
+                await self._pause(backoff(attempt, self._retry_base, self._retry_cap, self._rand))
             attempt += 1
             if not await self._service_answers("get_dlq_message"):
                 self._batches.discard(record.id)

@@ -65,7 +65,8 @@ class Fetcher:
         """`lease` outlasts the client's retries of one fetch. A failed fetch is tried
         again after `retry_base` * 2**(tries-1) seconds, jittered, at most `retry_cap`.
         Only an answer that is final for the dlqId (a 4xx but 401/403/404/408/429) ends it
-        `failed`, after `max_tries`; a service or network that is down never does. Idle
+        `failed`, after `max_tries`; a service or network that is down never does, and
+        its return (`service_back`) makes the dlqIds that wait for it due at once. Idle
         workers look again every `idle_poll` seconds (retries come due) or as soon as
         `wake` says a callback arrived. `fetch` is RECOVERYD_FETCH: with "needed", a
         signed callback that tells what the rules read is decided without a GET. The
@@ -91,9 +92,18 @@ class Fetcher:
         self._owner = replica or replica_id()
         self._wakeup = asyncio.Event()
         self._stopping = False
+        self._backs = 0  # times the service came back
+        self._retry_now = False  # the dlqIds waiting for the service are to be made due
 
     def wake(self) -> None:
         """A callback was stored: idle workers look now rather than at their next poll."""
+        self._wakeup.set()
+
+    def service_back(self) -> None:
+        """The service answers again (a circuit closed): the dlqIds whose fetch waits for
+        it are due now, not at the end of their backoffs."""
+        self._backs += 1
+        self._retry_now = True
         self._wakeup.set()
 
     @contextlib.asynccontextmanager
@@ -118,6 +128,8 @@ class Fetcher:
         while not self._stopping:
             await self._wait_for_the_service()
             try:
+                if self._retry_now:
+                    await self._make_due()
                 busy = await self._one_chunk()
             except StoreUnavailable as exc:
                 await backoff.pause(exc)
@@ -141,8 +153,22 @@ class Fetcher:
                 await self._wakeup.wait()
         self._wakeup.clear()
 
+    async def _make_due(self) -> None:
+        """Make the dlqIds waiting for the service due (one worker does, for all), then
+        wake the others to claim them."""
+        self._retry_now = False
+        try:
+            due = await self._store.retry_now(self._wall_clock())
+        except StoreUnavailable:
+            self._retry_now = True
+            raise
+        if due:
+            log.info("the service is back: the dlqIds waiting for it are due now", dlq_ids=due)
+        self._wakeup.set()
+
     async def _one_chunk(self) -> bool:
         """Lease, fetch, decide and settle one chunk; False when there was nothing to do."""
+        backs = self._backs
         # The bodies only when they may be decided from: 25 of a kilobyte or so a claim.
         claimed = await self._store.claim(
             self._owner, self._chunk, self._lease, self._wall_clock(), bodies=self._from_callbacks
@@ -151,6 +177,10 @@ class Fetcher:
             return False
         outcomes = await asyncio.gather(*(self._fetch(item) for item in claimed))
         settled = await self._store.settle(self._owner, list(outcomes), self._wall_clock())
+        if self._backs != backs:
+            # The service came back while these were out (this chunk's first fetch may be
+            # the probe that found it): those refused meanwhile wait for it no longer.
+            self._retry_now = True
         for dlq_id, rule in settled.over_budget:
             self._metrics.budget_exhausted.labels(rule).inc()
             log.info("budget spent; not recovered", dlq_id=dlq_id, rule=rule)
@@ -257,5 +287,6 @@ class Fetcher:
             "received",
             reason=reason,
             retry_at=self._wall_clock() + delay,
+            waits_for_service=not is_final_for(error),
             calls=calls,
         )
