@@ -111,13 +111,14 @@ def test_the_backlog_of_an_outage_drains_as_soon_as_the_service_is_back(
     drained = max(call["at"] for call in answered) - back_at
     after = [call for call in journal if call["at"] >= back_at and not call.get("outage")]
     refused = [call["at"] for call in after if call["status"] == 429]
+    probed = min(call["at"] for call in after) - back_at
     figure = (
         f"outage backlog: {CALLBACKS} runs, {CALLS_NEEDED} calls needed at {LIMIT}/s "
         f"(theoretical {THEORETICAL:.2f} s); the last restarted {drained:.2f} s after the "
-        f"service returned (bound {BOUND:.2f} s, {drained / THEORETICAL:.2f}x); "
-        f"{len(after)} calls after the return, {len(refused)} answered 429 in "
-        f"{episodes(refused)} episode(s); {sum(1 for c in journal if c.get('outage'))} "
-        "calls met the outage"
+        f"service returned (bound {BOUND:.2f} s, {drained / THEORETICAL:.2f}x), its first "
+        f"call {probed:.2f} s after; {len(after)} calls after the return, "
+        f"{len(refused)} answered 429 in {episodes(refused)} episode(s); "
+        f"{sum(1 for c in journal if c.get('outage'))} calls met the outage"
     )
     print(figure)
     record_property("outage_drain_seconds", round(drained, 3))
