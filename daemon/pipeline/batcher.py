@@ -183,11 +183,24 @@ class Batcher:
         self._back.set()
         self._back = asyncio.Event()
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep `seconds`, or until the service is back if sooner."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._back.wait()
+    async def _pause(self, seconds: float, *operations: str) -> None:
+        """Sleep `seconds`, or less: until the service is back, or until the open circuit
+        of one of `operations` (those the batch's next step calls, or failed on) lets a
+        probe through, as this batch may be the only work that would make it: the
+        service's return would go unseen until some backoff ran out."""
+        until = self._clock() + seconds
+        while (left := until - self._clock()) > 0:
+            states = self._client.breaker_states()
+            for operation in operations:
+                if states.get(operation) == "open":
+                    retry_at = self._client.retry_at(operation)
+                    if retry_at is None:
+                        return
+                    left = min(left, retry_at - self._clock())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._back.wait()
+                    return
 
     @contextlib.asynccontextmanager
     async def running(self, drain_timeout: float = 10.0) -> AsyncIterator[None]:
@@ -342,7 +355,7 @@ class Batcher:
             delay = backoff(refusals, self._retry_base, self._retry_cap, self._rand)
             log.warning("batch call refused; sending it again", batch=record.id,
                         error=str(error), in_seconds=round(delay, 3))  # fmt: skip
-            await self._pause(delay)
+            await self._pause(delay, record.action)
         if error is None:
             await self._answered(record, answer.runs, calls)
         elif answer.may_have_acted:
@@ -414,7 +427,7 @@ class Batcher:
         while (retry_at := self._client.retry_at(action)) is not None:
             if self._stopping:
                 return False
-            await self._pause(max(0.05, min(1.0, retry_at - self._clock())))
+            await self._pause(max(0.05, min(1.0, retry_at - self._clock())), action)
         return True
 
     async def _check(
@@ -435,7 +448,8 @@ class Batcher:
         final_rounds = 0
         while True:
             if attempt:
-                await self._pause(backoff(attempt, self._retry_base, self._retry_cap, self._rand))
+                delay = backoff(attempt, self._retry_base, self._retry_cap, self._rand)
+                await self._pause(delay, "get_dlq_message", record.action)
             attempt += 1
             if not await self._service_answers("get_dlq_message"):
                 self._batches.discard(record.id)

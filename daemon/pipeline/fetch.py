@@ -93,7 +93,9 @@ class Fetcher:
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._backs = 0  # times the service came back
-        self._retry_now = False  # the dlqIds waiting for the service are to be made due
+        # The dlqIds waiting for the service are to be made due: at start too, as it may
+        # have come back while no daemon was running to see its breakers close.
+        self._retry_now = True
 
     def wake(self) -> None:
         """A callback was stored: idle workers look now rather than at their next poll."""
@@ -135,7 +137,7 @@ class Fetcher:
                 await backoff.pause(exc)
                 continue
             backoff.reset()
-            if not busy:
+            if not busy and not await self._probe_with_a_waiting_one():
                 await self._idle(self._idle_poll)
 
     async def _wait_for_the_service(self) -> None:
@@ -146,6 +148,18 @@ class Fetcher:
             if retry_at is None:
                 return
             await self._idle(max(0.05, retry_at - self._clock()))
+
+    async def _probe_with_a_waiting_one(self) -> bool:
+        """The circuit lets a probe through but nothing is due to make it with: make the
+        dlqId that waits for the service and is due soonest due now, or the service's
+        return would go unseen until some backoff ran out. Whether there was one."""
+        probe_due = self._client.retry_at(_OPERATION) is None
+        if not probe_due or self._client.breaker_states().get(_OPERATION) != "open":
+            return False
+        try:
+            return await self._store.retry_now(self._wall_clock(), limit=1) > 0
+        except StoreUnavailable:
+            return False
 
     async def _idle(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

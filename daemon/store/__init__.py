@@ -110,10 +110,11 @@ class Store(Protocol):
         recoveries a budget stopped."""
         ...
 
-    async def retry_now(self, now: float) -> int:
+    async def retry_now(self, now: float, limit: int | None = None) -> int:
         """The service answers again: the received dlqIds whose next fetch waits for it
         (`Outcome.waits_for_service`) are due now, to be claimed in order of arrival;
-        how many. Those waiting out a backoff of their own (a 400) wait on."""
+        how many. Those waiting out a backoff of their own (a 400) wait on. With `limit`,
+        only that many, the soonest due first (one, to probe the service with)."""
         ...
 
     async def pending(self, owner: str | None = None) -> list[Pending]:

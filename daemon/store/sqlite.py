@@ -219,8 +219,8 @@ class SQLiteStore:
     async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
         return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
 
-    async def retry_now(self, now: float) -> int:
-        return await self._write(lambda c: pipeline.retry_now(c, now))
+    async def retry_now(self, now: float, limit: int | None = None) -> int:
+        return await self._write(lambda c: pipeline.retry_now(c, now, limit))
 
     # An SQLite store serves one daemon: `owner` has no other replica to be told from.
 

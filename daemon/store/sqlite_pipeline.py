@@ -220,15 +220,16 @@ def settle(
     return settled
 
 
-def retry_now(connection: sqlite3.Connection, now: float) -> int:
-    """Make due now the received dlqIds in a backoff that waits for the service: free
-    (no lease), so that claim takes them with the others, oldest first. A range of the
-    `claimable` index: the rows whose retry is still to come."""
+def retry_now(connection: sqlite3.Connection, now: float, limit: int | None = None) -> int:
+    """Make due now the received dlqIds in a backoff that waits for the service (at most
+    `limit`, the soonest due first): free (no lease), so that claim takes them with the
+    others, oldest first. A range of the `claimable` index: the retries still to come."""
     cursor = connection.execute(
-        "UPDATE callbacks INDEXED BY callbacks_claimable SET lease_until = NULL "
-        "WHERE state = 'received' AND lease_until > ? AND lease_owner IS NULL "
-        "AND waits_for_service",
-        (now,),
+        "UPDATE callbacks SET lease_until = NULL WHERE rowid IN ("
+        "  SELECT rowid FROM callbacks INDEXED BY callbacks_claimable "
+        "  WHERE state = 'received' AND lease_until > ? AND lease_owner IS NULL "
+        "  AND waits_for_service ORDER BY lease_until LIMIT ?)",
+        (now, -1 if limit is None else limit),
     )
     return cursor.rowcount
 

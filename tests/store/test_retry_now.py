@@ -31,3 +31,17 @@ async def test_the_dlq_ids_waiting_for_the_service_are_due_at_once_in_order_of_a
         assert [item.dlq_id for item in claimed] == ["a", "b", "c"]
         assert await store.retry_now(NOW + 1) == 0  # leased now: being fetched
         assert [item.dlq_id for item in await store.claim("other", 5, 60.0, NOW + 5)] == ["own"]
+
+
+async def test_with_a_limit_the_one_due_soonest_is_made_due(open_store: OpenStore) -> None:
+    """One dlqId to probe the service with: the one whose retry comes soonest."""
+    async with open_store() as store:
+        await received(store, "a", "b", "c")
+        assert len(await store.claim(OWNER, 3, 60.0, NOW)) == 3
+        await store.settle(OWNER, [
+            Outcome(dlq_id, "received", retry_at=NOW + delay, waits_for_service=True)
+            for dlq_id, delay in (("a", 50), ("b", 20), ("c", 40))
+        ], NOW)  # fmt: skip
+
+        assert await store.retry_now(NOW + 1, limit=1) == 1
+        assert [item.dlq_id for item in await store.claim("other", 5, 60.0, NOW + 1)] == ["b"]

@@ -197,14 +197,17 @@ async def _record_outcome(
     return cursor.rowcount > 0
 
 
-async def retry_now(connection: Connection, now: float) -> int:
-    """Make due now the received dlqIds in a backoff that waits for the service: free
-    (no lease), so that claims take them with the others, oldest first. A row a claim
-    holds is waited for, then re-checked: claimed meanwhile, it has a lease now."""
+async def retry_now(connection: Connection, now: float, limit: int | None = None) -> int:
+    """Make due now the received dlqIds in a backoff that waits for the service (at most
+    `limit`, the soonest due first): free (no lease), so that claims take them with the
+    others, oldest first. Rows another replica's claim holds are passed over (SKIP
+    LOCKED): claimed, they have a lease."""
     cursor = await connection.execute(
-        "UPDATE callbacks SET lease_until = NULL WHERE state = 'received' "
-        "AND lease_until > %s AND lease_owner IS NULL AND waits_for_service",
-        (now,),
+        "UPDATE callbacks SET lease_until = NULL WHERE dlq_id IN ("
+        "  SELECT dlq_id FROM callbacks WHERE state = 'received' AND lease_until > %s "
+        "  AND lease_owner IS NULL AND waits_for_service ORDER BY lease_until LIMIT %s "
+        "  FOR UPDATE SKIP LOCKED)",
+        (now, limit),
     )
     return cursor.rowcount
 
