@@ -6,6 +6,7 @@ most: the wait belongs to the service, and its return ends it for every dlqId at
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import time
@@ -15,10 +16,28 @@ from typing import Any
 import httpx
 import pytest
 
+from daemon.emulator import create_app
+from daemon.serving import serve_in_thread
 from daemon.upstream import MAX_BULK
-from tests.pipeline.support import BULK_PATHS, assert_recovered_once
+from tests.pipeline.support import (
+    BULK_PATHS,
+    RESUME_ALL,
+    Harness,
+    assert_recovered_once,
+    dlq_ids_of,
+    harness,
+)
 from tests.processes import Served, emulator_process, serving
-from tests.support import callback_json, emulator_config, signed, wait_for, workflows
+from tests.support import (
+    FAST_TUNING,
+    callback_json,
+    emulator_config,
+    eventually,
+    running_recoveryd,
+    signed,
+    wait_for,
+    workflows,
+)
 
 CALLBACKS = 600
 OUTAGE_SECONDS = 60.0
@@ -125,3 +144,88 @@ def test_the_backlog_of_an_outage_drains_as_soon_as_the_service_is_back(
     record_property("outage_drain", figure)
     assert drained <= BOUND, figure
     assert episodes(refused) <= 1, figure
+
+
+# Backoffs far longer than any wait of these tests: a dlqId that goes must have been
+# made due by the service's return, not by its backoff running out.
+LONG_BACKOFF = dataclasses.replace(FAST_TUNING, retry_base=600.0, retry_cap=600.0)
+FETCH_FAILED = "fetching the DLQ message failed"
+
+
+async def waiting_for_the_service(h: Harness, dlq_ids: list[str]) -> list[str]:
+    """Those of `dlq_ids` whose fetch failed and waits to be tried again."""
+    records = [await h.record(dlq_id) for dlq_id in dlq_ids]
+    return [r["dlqId"] for r in records if (r["reason"] or "").startswith(FETCH_FAILED)]
+
+
+async def test_the_dlq_ids_waiting_for_the_service_go_when_its_circuit_closes(
+    tmp_path: Path,
+) -> None:
+    """Fetches failed during an outage, then backoffs of 5 to 10 minutes: the probe that
+    finds the service back makes them due at once, and each is recovered once."""
+    async with harness(tmp_path, RESUME_ALL, tuning=LONG_BACKOFF) as h:
+        dlq_ids = await h.seed(workflows(30))
+        (await h.control.post("/_emulator/outage", json={"mode": "503"})).raise_for_status()
+        await h.send_callbacks(dlq_ids)
+        waiting = await eventually(lambda: waiting_for_the_service(h, dlq_ids),
+                                   what="fetches failed by the outage")  # fmt: skip
+        (await h.control.delete("/_emulator/outage")).raise_for_status()
+        assert await h.settled(len(dlq_ids)) == {"done": len(dlq_ids)}
+        assert_recovered_once(await h.journal(), await h.runs(), dlq_ids)
+    assert waiting
+
+
+async def test_a_start_after_the_service_came_back_tries_what_waited_for_it_at_once(
+    tmp_path: Path,
+) -> None:
+    """Stopped during the outage with fetches in backoff, started once the service is
+    back: no breaker of the new process ever opens, yet they go at once."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RESUME_ALL)
+    config = emulator_config(execute_runs=False, max_requests_per_second=1000)
+    with serve_in_thread(create_app(config)) as service_url:
+        async with httpx.AsyncClient(base_url=service_url, timeout=30) as control:
+            dlq_ids: list[str] = (
+                await control.post("/_emulator/dlq", json={"messages": workflows(30)})
+            ).json()["dlqIds"]
+            (await control.post("/_emulator/outage", json={"mode": "503"})).raise_for_status()
+            async with running_recoveryd(
+                tmp_path, tuning=LONG_BACKOFF, SERVICE_URL=service_url, RULES=str(rules)
+            ) as recoveryd:
+                h = Harness(recoveryd, control, None)
+                await h.send_callbacks(dlq_ids)
+                waiting = await eventually(lambda: waiting_for_the_service(h, dlq_ids),
+                                           what="fetches failed by the outage")  # fmt: skip
+            (await control.delete("/_emulator/outage")).raise_for_status()
+            async with running_recoveryd(
+                tmp_path, tuning=LONG_BACKOFF, SERVICE_URL=service_url, RULES=str(rules)
+            ) as recoveryd:
+                h = Harness(recoveryd, control, None)
+                assert await h.settled(len(dlq_ids)) == {"done": len(dlq_ids)}
+                assert_recovered_once(await h.journal(), await h.runs(), dlq_ids)
+    assert waiting
+
+
+async def met_the_outage(h: Harness, dlq_ids: list[str]) -> bool:
+    """Whether each of `dlq_ids` was in a bulk call that met the outage: every batch is
+    waiting to check its call's outcome, none left to probe the service with a call."""
+    journal = await h.journal()
+    met = [call for call in journal if call["path"] in BULK_PATHS and call.get("outage")]
+    return {dlq_id for call in met for dlq_id in dlq_ids_of(call)} == set(dlq_ids)
+
+
+async def test_batches_whose_calls_met_the_outage_are_checked_once_the_service_is_back(
+    tmp_path: Path,
+) -> None:
+    """RECOVERYD_FETCH=needed: decided from the callbacks, with no read to probe the
+    service with; their bulk calls meet the outage (503: outcome unknown) and the checks
+    wait backoffs of 5 to 10 minutes. The checks probe when the circuit lets them, find
+    the service back, and each dlqId is recovered once."""
+    async with harness(tmp_path, RESUME_ALL, tuning=LONG_BACKOFF, FETCH="needed") as h:
+        dlq_ids = await h.seed(workflows(30))
+        (await h.control.post("/_emulator/outage", json={"mode": "503"})).raise_for_status()
+        await h.send_callbacks(dlq_ids)
+        await eventually(lambda: met_the_outage(h, dlq_ids), what="every batch's call sent")
+        (await h.control.delete("/_emulator/outage")).raise_for_status()
+        assert await h.settled(len(dlq_ids)) == {"done": len(dlq_ids)}
+        assert_recovered_once(await h.journal(), await h.runs(), dlq_ids)
