@@ -114,7 +114,6 @@ async def running(
             settings, http, store, metrics, vault, credentials, saved, retry, rotation,
             wall_clock, supervisor, breaker,
         )  # fmt: skip
-        client.on_breaker_change = _breaker_watch(metrics)
         replica = replica_id()
         fence = LeaseFence(settings.REPLICA_LEASE, shared=store.shared)
         pipeline = Pipeline(
@@ -122,6 +121,7 @@ async def running(
             replica=replica, fence=fence, tuning=tuning, supervisor=supervisor,
             wall_clock=wall_clock,
         )  # fmt: skip
+        client.on_breaker_change = _breaker_watch(metrics, pipeline.breaker_changed)
         heartbeat = Heartbeat(
             store, replica, metrics, lease=settings.REPLICA_LEASE, limiter=client.limiter,
             fence=fence, on_gone=pipeline.replicas_gone, supervisor=supervisor,
@@ -357,10 +357,14 @@ def _limited(
     return limited_protocol(limits, listener, refused, route)
 
 
-def _breaker_watch(metrics: Metrics) -> Callable[[str, str], None]:
-    """The client's circuit breakers, as a metric and one log line per change."""
+def _breaker_watch(
+    metrics: Metrics, pipeline: Callable[[str, str], None]
+) -> Callable[[str, str], None]:
+    """The client's circuit breakers, as a metric and one log line per change, and told
+    to the pipeline (the work waiting for the service is due once it is back)."""
 
     def changed(operation: str, state: str) -> None:
+        pipeline(operation, state)
         metrics.circuit_open.labels(operation).set(0 if state == "closed" else 1)
         if state == "open":
             log.warning("the service keeps failing calls; holding them back and probing",

@@ -36,7 +36,9 @@ class Tuning:
     lease: float = 300.0
     fetch_tries: int = 5  # answers final for a dlqId (a 400...) before it is `failed`
     retry_base: float = 5.0  # seconds before a failed fetch or batch is looked at again
-    retry_cap: float = 60.0  # the longest backoff: work resumes within it of a recovery
+    # The longest backoff. One that waits for the service ends when it is back (a circuit
+    # closes): only a dlqId's own trouble (a 400) waits it out.
+    retry_cap: float = 60.0
     idle_poll: float = 1.0
     housekeeping: float = 60.0
     drain_timeout: float = 10.0
@@ -98,6 +100,15 @@ class Pipeline:
     def wake(self, dlq_id: str | None = None) -> None:
         """A callback was stored (the receiver's `on_accepted`)."""
         self.fetcher.wake()
+
+    def breaker_changed(self, operation: str, state: str) -> None:
+        """A circuit of the service client changed (its `on_breaker_change`). Closed: a
+        probe found the service back, and the work that waited for it is due now, in
+        order of arrival, paced by the rate limiter. The backoff was the service's, not
+        each dlqId's."""
+        if state == "closed":
+            self.fetcher.service_back()
+            self.batcher.service_back()
 
     def replicas_gone(self, gone: list[str]) -> None:
         """Replicas were found gone: their leases and batches are anyone's now."""

@@ -7,8 +7,8 @@ formed, marked as sending right before its call goes out, and settled after it. 
 failed call becomes depends on what the service may have done:
 
 * refused (429, 401/403, connection refused, circuit open): surely not carried out; the
-  same batch's call is made again after a growing backoff (at most `retry_cap`), and a
-  refused call is not counted as a send;
+  same batch's call is made again after a growing backoff (at most `retry_cap`), or
+  once the circuit lets calls through again, and a refused call is not counted as a send;
 * rejected (another 4xx but 404): not carried out, and maybe because it named dlqIds no
   longer in the DLQ (a stricter service refuses such a call whole). Each dlqId is
   looked up: one gone is `done` when an earlier call of ours may have recovered it
@@ -22,6 +22,9 @@ failed call becomes depends on what the service may have done:
   one that left the DLQ was recovered (`done`), one still there goes out again. A
   service that is down never makes a dlqId `failed`. The runs of any page answered
   before the failure are kept in the batch's record.
+
+Every such backoff ends early when the service is back (`service_back`): the wait was
+for the service, not for the batch.
 
 A batch found unsettled at start whose call was never marked as sending goes straight
 back to `decided`: its call surely never left.
@@ -54,6 +57,7 @@ from daemon.supervisor import Supervisor
 from daemon.upstream import (
     MAX_BULK,
     BulkAction,
+    CircuitOpen,
     InvalidResponse,
     NotFound,
     Overrides,
@@ -158,6 +162,7 @@ class Batcher:
         self._batches: set[int] = set()  # batches this process is sending or checking
         self._tasks: set[asyncio.Task[None]] = set()
         self._wakeup = asyncio.Event()
+        self._back = asyncio.Event()  # set, and replaced, when the service is back
         self._take_up_soon = False
         self._stopping = False
 
@@ -185,6 +190,31 @@ class Batcher:
         gone, and its batches and decided dlqIds are anyone's."""
         self._take_up_soon = True
         self._wakeup.set()
+
+    def service_back(self) -> None:
+        """The service answers again (a circuit closed): the batches waiting out a
+        backoff for it go now."""
+        self._back.set()
+        self._back = asyncio.Event()
+
+    async def _pause(self, seconds: float, *operations: str) -> None:
+        """Sleep `seconds`, or less: until the service is back, or until the open circuit
+        of one of `operations` (those the batch's next step calls, or failed on) lets a
+        probe through, as this batch may be the only work that would make it: the
+        service's return would go unseen until some backoff ran out."""
+        until = self._clock() + seconds
+        while (left := until - self._clock()) > 0:
+            states = self._client.breaker_states()
+            for operation in operations:
+                if states.get(operation) == "open":
+                    retry_at = self._client.retry_at(operation)
+                    if retry_at is None:
+                        return
+                    left = min(left, retry_at - self._clock())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._back.wait()
+                    return
 
     @contextlib.asynccontextmanager
     async def running(self, drain_timeout: float = 10.0) -> AsyncIterator[None]:
@@ -337,13 +367,15 @@ class Batcher:
                 return
             if error is None or answer.may_have_acted or is_final_for(error):
                 break
+            if isinstance(error, CircuitOpen):
+                continue  # held back, not refused: _service_answers waits for the probe
             # Refused before the service acted: the same call again, later. Not a new
             # batch each time: a refusal that lasts must not grow the store.
             refusals += 1
             delay = backoff(refusals, self._retry_base, self._retry_cap, self._rand)
             log.warning("batch call refused; sending it again", batch=record.id,
                         error=str(error), in_seconds=round(delay, 3))  # fmt: skip
-            await asyncio.sleep(delay)
+            await self._pause(delay, record.action)
         if error is None:
             await self._answered(record, answer.runs, calls)
         elif answer.may_have_acted:
@@ -436,7 +468,7 @@ class Batcher:
         while (retry_at := self._client.retry_at(action)) is not None:
             if self._stopping:
                 return False
-            await asyncio.sleep(max(0.05, min(1.0, retry_at - self._clock())))
+            await self._pause(max(0.05, min(1.0, retry_at - self._clock())), action)
         return True
 
     async def _check(
@@ -493,7 +525,8 @@ class Batcher:
         final_rounds = 0
         while True:
             if attempt:
-                await asyncio.sleep(backoff(attempt, self._retry_base, self._retry_cap, self._rand))
+                delay = backoff(attempt, self._retry_base, self._retry_cap, self._rand)
+                await self._pause(delay, "get_dlq_message", record.action)
             attempt += 1
             if not await self._service_answers("get_dlq_message"):
                 self._batches.discard(record.id)

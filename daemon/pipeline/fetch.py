@@ -66,10 +66,11 @@ class Fetcher:
         again after `retry_base` * 2**(tries-1) seconds, jittered, at most `retry_cap`.
         Only answers that are final for the dlqId (a 4xx but 401/403/404/408/429) end it
         `failed`, at the `max_tries`'th of them; a service or network that is down never
-        does, nor do the tries it failed count towards those. Idle workers look again
-        every `idle_poll` seconds (retries come due) or as soon as `wake` says a callback
-        arrived. `fetch` is RECOVERYD_FETCH: with "needed", a signed callback that tells
-        what the rules read is decided without a GET. The leases are `replica`'s
+        does, nor do the tries it failed count towards those, and its return
+        (`service_back`) makes the dlqIds that wait for it due at once. Idle workers look
+        again every `idle_poll` seconds (retries come due) or as soon as `wake` says a
+        callback arrived. `fetch` is RECOVERYD_FETCH: with "needed", a signed callback that
+        tells what the rules read is decided without a GET. The leases are `replica`'s
         (daemon/replicas.py), and its decided dlqIds with them."""
         self._store = store
         self._client = client
@@ -92,9 +93,20 @@ class Fetcher:
         self._owner = replica or replica_id()
         self._wakeup = asyncio.Event()
         self._stopping = False
+        self._backs = 0  # times the service came back
+        # The dlqIds waiting for the service are to be made due: at start too, as it may
+        # have come back while no daemon was running to see its breakers close.
+        self._retry_now = True
 
     def wake(self) -> None:
         """A callback was stored: idle workers look now rather than at their next poll."""
+        self._wakeup.set()
+
+    def service_back(self) -> None:
+        """The service answers again (a circuit closed): the dlqIds whose fetch waits for
+        it are due now, not at the end of their backoffs."""
+        self._backs += 1
+        self._retry_now = True
         self._wakeup.set()
 
     @contextlib.asynccontextmanager
@@ -119,12 +131,14 @@ class Fetcher:
         while not self._stopping:
             await self._wait_for_the_service()
             try:
+                if self._retry_now:
+                    await self._make_due()
                 busy = await self._one_chunk()
             except StoreUnavailable as exc:
                 await backoff.pause(exc)
                 continue
             backoff.reset()
-            if not busy:
+            if not busy and not await self._probe_with_a_waiting_one():
                 await self._idle(self._idle_poll)
 
     async def _wait_for_the_service(self) -> None:
@@ -136,14 +150,40 @@ class Fetcher:
                 return
             await self._idle(max(0.05, retry_at - self._clock()))
 
+    async def _probe_with_a_waiting_one(self) -> bool:
+        """The circuit lets a probe through but nothing is due to make it with: make the
+        dlqId that waits for the service and is due soonest due now, or the service's
+        return would go unseen until some backoff ran out. Whether there was one."""
+        probe_due = self._client.retry_at(_OPERATION) is None
+        if not probe_due or self._client.breaker_states().get(_OPERATION) != "open":
+            return False
+        try:
+            return await self._store.retry_now(self._wall_clock(), limit=1) > 0
+        except StoreUnavailable:
+            return False
+
     async def _idle(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._wakeup.wait()
         self._wakeup.clear()
 
+    async def _make_due(self) -> None:
+        """Make the dlqIds waiting for the service due (one worker does, for all), then
+        wake the others to claim them."""
+        self._retry_now = False
+        try:
+            due = await self._store.retry_now(self._wall_clock())
+        except StoreUnavailable:
+            self._retry_now = True
+            raise
+        if due:
+            log.info("the service is back: the dlqIds waiting for it are due now", dlq_ids=due)
+        self._wakeup.set()
+
     async def _one_chunk(self) -> bool:
         """Lease, fetch, decide and settle one chunk; False when there was nothing to do."""
+        backs = self._backs
         # The bodies only when they may be decided from: 25 of a kilobyte or so a claim.
         claimed = await self._store.claim(
             self._owner, self._chunk, self._lease, self._wall_clock(), bodies=self._from_callbacks
@@ -153,6 +193,10 @@ class Fetcher:
         outcomes = await asyncio.gather(*(self._fetch(item) for item in claimed))
         settled = await self._store.settle(self._owner, list(outcomes), self._wall_clock())
         self._metrics.count_failed("fetch_refused", (rule for _, rule in settled.failed))
+        if self._backs != backs:
+            # The service came back while these were out (this chunk's first fetch may be
+            # the probe that found it): those refused meanwhile wait for it no longer.
+            self._retry_now = True
         for dlq_id, rule in settled.over_budget:
             self._metrics.budget_exhausted.labels(rule).inc()
             log.info("budget spent; not recovered", dlq_id=dlq_id, rule=rule)
@@ -262,5 +306,6 @@ class Fetcher:
             reason=reason,
             retry_at=self._wall_clock() + delay,
             refused=refused,
+            waits_for_service=not is_final_for(error),
             calls=calls,
         )

@@ -110,6 +110,13 @@ class Store(Protocol):
         recoveries a budget stopped."""
         ...
 
+    async def retry_now(self, now: float, limit: int | None = None) -> int:
+        """The service answers again: the received dlqIds whose next fetch waits for it
+        (`Outcome.waits_for_service`) are due now, to be claimed in order of arrival;
+        how many. Those waiting out a backoff of their own (a 400) wait on. With `limit`,
+        only that many, the soonest due first (one, to probe the service with)."""
+        ...
+
     async def pending(self, owner: str | None = None) -> list[Pending]:
         """The decided dlqIds that wait for a batch: those replica `owner` decided or
         took over, the ones of no live replica taken over first (all when None)."""

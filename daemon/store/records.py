@@ -62,7 +62,8 @@ class Budget:
 @dataclass(frozen=True)
 class Outcome:
     """What became of one claimed dlqId: a new state, or `received` to be tried again at
-    `retry_at`. `calls` are the service calls made for it, as `CallRecord.to_json`."""
+    `retry_at`, sooner if `waits_for_service` and the service is back first (`retry_now`).
+    `calls` are the service calls made for it, as `CallRecord.to_json`."""
 
     dlq_id: str
     state: State
@@ -76,6 +77,9 @@ class Outcome:
     budget: Budget | None = None
     retry_at: float | None = None
     refused: bool = False  # the read got a final answer: one more of the dlqId's refusals
+    # The retry waits for the service (down, refusing, its circuit open), not for anything
+    # about this dlqId: the service's return ends the wait (Store.retry_now).
+    waits_for_service: bool = False
     would: dict[str, Any] | None = None  # the call a dry run did not make
     calls: tuple[dict[str, Any], ...] = field(default=())
     # Queued in the same commit as the outcome (an outbox): the notify rules it matched.

@@ -75,6 +75,7 @@ MIGRATIONS = (
     lineage.RUN_INDEX_DROPPED,
     pipeline.VERIFIED,
     pipeline.REFUSALS,
+    pipeline.WAITS_FOR_SERVICE,
 )
 
 
@@ -218,6 +219,9 @@ class SQLiteStore:
 
     async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
         return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
+
+    async def retry_now(self, now: float, limit: int | None = None) -> int:
+        return await self._write(lambda c: pipeline.retry_now(c, now, limit))
 
     # An SQLite store serves one daemon: `owner` has no other replica to be told from.
 

@@ -114,6 +114,13 @@ COUNTS = """
     END;
 """
 
+# Migration 16: whether a received dlqId's backoff waits for the service (a transient
+# failure) rather than for itself; the service's return ends the first (`retry_now`).
+# Rows from before it wait out their backoff, as they did.
+WAITS_FOR_SERVICE = """
+    ALTER TABLE callbacks ADD COLUMN waits_for_service INTEGER NOT NULL DEFAULT 0;
+"""
+
 _HISTORY = "history = json_insert(history, '$[#]', json(:event))"
 
 
@@ -190,6 +197,7 @@ def settle(
             "workflow_run_id = :run, workflow_key = :key, fingerprint = :fingerprint, "
             "would = :would, "
             "lease_owner = NULL, lease_until = :retry_at, refusals = refusals + :refused, "
+            "waits_for_service = :waits, "
             "calls = :calls, "
             "decided_at = CASE WHEN :rule IS NULL THEN decided_at ELSE :now END, "
             f"updated_at = :now, {_HISTORY} "
@@ -207,6 +215,7 @@ def settle(
                 "would": records.json_text(outcome.would),
                 "retry_at": outcome.retry_at,
                 "refused": int(outcome.refused),
+                "waits": outcome.waits_for_service,
                 "calls": json.dumps(_calls(connection, outcome.dlq_id) + list(outcome.calls)),
                 "event": _event(state, now, reason=reason, rule=outcome.rule),
                 "now": now,
@@ -219,6 +228,20 @@ def settle(
         if held:
             records.tally(settled, outcome, state, stopped, now)
     return settled
+
+
+def retry_now(connection: sqlite3.Connection, now: float, limit: int | None = None) -> int:
+    """Make due now the received dlqIds in a backoff that waits for the service (at most
+    `limit`, the soonest due first): free (no lease), so that claim takes them with the
+    others, oldest first. A range of the `claimable` index: the retries still to come."""
+    cursor = connection.execute(
+        "UPDATE callbacks SET lease_until = NULL WHERE rowid IN ("
+        "  SELECT rowid FROM callbacks INDEXED BY callbacks_claimable "
+        "  WHERE state = 'received' AND lease_until > ? AND lease_owner IS NULL "
+        "  AND waits_for_service ORDER BY lease_until LIMIT ?)",
+        (now, -1 if limit is None else limit),
+    )
+    return cursor.rowcount
 
 
 def _calls(connection: sqlite3.Connection, dlq_id: str) -> list[Any]:

@@ -44,3 +44,16 @@ def test_deciding_from_callbacks_drains_with_bulk_calls_alone_beside_always() ->
     assert "as fast as always" in done.stdout
     verdicts = re.findall(r"^(PASS|MISS) ", done.stdout, re.MULTILINE)
     assert len(verdicts) == 3, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_drain_after_an_outage_is_timed_from_the_services_return() -> None:
+    """`--outage`: the callbacks arrive while the service is down; the calls that met the
+    outage are left out of the table, and the drain is judged against issue 35's bound."""
+    done = run_bench("drain", "--outage", "5s", "--skip-naive", "--entries", "300", "--rate", "100")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^always +300 ", done.stdout, re.MULTILINE), done.stdout
+    assert "after a 5 s outage (" in done.stdout
+    verdicts = re.findall(r"^(PASS|MISS) ", done.stdout, re.MULTILINE)
+    assert len(verdicts) == 2, done.stdout

@@ -284,6 +284,45 @@ def test_each_operation_has_its_own_breaker() -> None:
     assert breakers.states() == {"resume": "open", "restart": "closed", "other": "closed"}
 
 
+def test_a_probe_that_finds_the_service_back_makes_the_other_open_breakers_probe_now() -> None:
+    """The operations are one service's: once one's probe finds it back, another still
+    open probes at its next call, not at the end of its interval (whose growth stands
+    if that probe fails); a closed one is left as it is."""
+    clock = Clock()
+    breakers = Breakers(["get_dlq_message", "restart", "resume"], POLICY, clock=clock,
+                        rand=lambda: 0.0)  # fmt: skip
+
+    def attempt(operation: str, error: ServiceError | None) -> None:
+        ticket = breakers[operation].admit()
+        assert ticket is not None, f"{operation} held back"
+        breakers[operation].record(ticket, error)
+
+    for _ in range(POLICY.threshold):
+        attempt("get_dlq_message", DOWN)
+        attempt("restart", DOWN)
+    clock.now += POLICY.first_open
+    attempt("get_dlq_message", DOWN)  # its probe fails: open 2 s more
+    assert breakers["get_dlq_message"].retry_at() == clock.now + 2 * POLICY.first_open
+    attempt("restart", None)  # restart's probe finds the service back
+    assert breakers.states() == {"get_dlq_message": "open", "restart": "closed",
+                                 "resume": "closed"}  # fmt: skip
+    assert breakers["get_dlq_message"].retry_at() is None
+    attempt("get_dlq_message", DOWN)  # the probe, at once; it fails: open for 4 s
+    assert breakers["get_dlq_message"].retry_at() == clock.now + 4 * POLICY.first_open
+
+
+def test_the_default_probe_interval_stays_short_in_a_long_outage() -> None:
+    """1, 2, 4 s, then 5 s however long the outage: work waits at most that long for
+    the service once it is back, for one call every few seconds meanwhile."""
+    watched = Watched(BreakerPolicy(jitter=0.0))
+    watched.fail(BreakerPolicy().threshold)
+    intervals = [watched.open_for()]
+    for _ in range(5):
+        watched.breaker.record(watched.probe(), DOWN)
+        intervals.append(watched.open_for())
+    assert intervals == [1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+
+
 @pytest.mark.parametrize(
     ("settings", "complaint"),
     [
@@ -347,7 +386,7 @@ async def test_an_outage_opens_the_circuit_and_calls_stop_reaching_the_service(
     """The service down: after the threshold of failed attempts the operation's calls
     fail at once with CircuitOpen and nothing more reaches the service; the other
     operations' breakers stay closed."""
-    policy = BreakerPolicy(threshold=3, first_open=30.0, jitter=0.0)
+    policy = BreakerPolicy(threshold=3, first_open=30.0, max_open=30.0, jitter=0.0)
     recorded = Recorded(service, policy)
     client = recorded.client
     await outage(service, mode=mode)
@@ -377,7 +416,7 @@ async def test_one_operations_open_circuit_does_not_hold_back_the_others(
 ) -> None:
     """Reads of DLQ messages keep failing and their circuit opens; the URL Group read
     still goes to the service and succeeds."""
-    recorded = Recorded(service, BreakerPolicy(threshold=2, first_open=30.0))
+    recorded = Recorded(service, BreakerPolicy(threshold=2, first_open=30.0, max_open=30.0))
     client = recorded.client
     await service.fault(kind="status", status=503, times=100, paths=["/v2/dlq"])
     await service.control.post(

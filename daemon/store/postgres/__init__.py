@@ -194,6 +194,9 @@ class PostgresStore:
     async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
         return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
 
+    async def retry_now(self, now: float, limit: int | None = None) -> int:
+        return await self._write(lambda c: pipeline.retry_now(c, now, limit))
+
     async def pending(self, owner: str | None = None) -> list[Pending]:
         return await self._write(lambda c: pipeline.pending(c, owner))
 

@@ -173,6 +173,7 @@ async def _record_outcome(
         # A decided dlqId stays its decider's, for its batcher (replicas.py).
         "lease_owner = CASE WHEN %(state)s = 'decided' THEN %(owner)s END, "
         "lease_until = %(retry_at)s, refusals = refusals + %(refused)s, "
+        "waits_for_service = %(waits)s, "
         "calls = calls || %(calls)s, "
         "decided_at = CASE WHEN %(rule)s::text IS NULL THEN decided_at ELSE %(now)s END, "
         f"updated_at = %(now)s, {_HISTORY} "
@@ -190,6 +191,7 @@ async def _record_outcome(
             "would": records.json_text(outcome.would),
             "retry_at": outcome.retry_at,
             "refused": int(outcome.refused),
+            "waits": outcome.waits_for_service,
             "calls": jsonb(list(outcome.calls)),
             "event": jsonb(records.event(state, now, reason=reason, rule=outcome.rule)),
             "now": now,
@@ -198,6 +200,21 @@ async def _record_outcome(
         },
     )
     return cursor.rowcount > 0
+
+
+async def retry_now(connection: Connection, now: float, limit: int | None = None) -> int:
+    """Make due now the received dlqIds in a backoff that waits for the service (at most
+    `limit`, the soonest due first): free (no lease), so that claims take them with the
+    others, oldest first. Rows another replica's claim holds are passed over (SKIP
+    LOCKED): claimed, they have a lease."""
+    cursor = await connection.execute(
+        "UPDATE callbacks SET lease_until = NULL WHERE dlq_id IN ("
+        "  SELECT dlq_id FROM callbacks WHERE state = 'received' AND lease_until > %s "
+        "  AND lease_owner IS NULL AND waits_for_service ORDER BY lease_until LIMIT %s "
+        "  FOR UPDATE SKIP LOCKED)",
+        (now, limit),
+    )
+    return cursor.rowcount
 
 
 async def pending(connection: Connection, owner: str | None) -> list[Pending]:

@@ -253,5 +253,11 @@ VERIFIED = """
 REFUSALS = """
     ALTER TABLE callbacks ADD COLUMN refusals integer NOT NULL DEFAULT 0;
 """
+# Migration 4: whether a received dlqId's backoff waits for the service (a transient
+# failure) rather than for itself; the service's return ends the first (`retry_now`).
+# Rows from before it wait out their backoff, as they did.
+WAITS_FOR_SERVICE = """
+    ALTER TABLE callbacks ADD COLUMN waits_for_service boolean NOT NULL DEFAULT false;
+"""
 
-MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED, REFUSALS)
+MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED, REFUSALS, WAITS_FOR_SERVICE)
