@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 from daemon.store.records import (
     BatchRecord,
     Claimed,
+    LearnedRate,
     NotificationJob,
     NotificationResult,
     Outcome,
@@ -265,6 +266,15 @@ class Store(Protocol):
 
     async def last_rotation_success(self) -> float | None:
         """When the last successful rotation finished (Unix time)."""
+        ...
+
+    async def learned_rate(self) -> LearnedRate | None:
+        """The account's rate limit as a replica last learned it, and how; None before
+        any has been learned (daemon/account/rate.py)."""
+        ...
+
+    async def save_learned_rate(self, learned: LearnedRate) -> None:
+        """Keep `learned` for every replica and the next start, in place of the last."""
         ...
 
     async def begin_sweep_run(

@@ -29,6 +29,7 @@ from daemon.store.postgres import (
     endpoints,
     notify,
     pipeline,
+    rate,
     retention,
     rotations,
     sweeps,
@@ -40,6 +41,7 @@ from daemon.store.postgres.singleton import AdvisoryLock
 from daemon.store.records import (
     BatchRecord,
     Claimed,
+    LearnedRate,
     NotificationJob,
     NotificationResult,
     Outcome,
@@ -353,6 +355,14 @@ class PostgresStore:
 
     async def last_rotation_success(self) -> float | None:
         return await self._run(rotations.last_success_at)
+
+    # -- the account's learned rate limit (rate.py) ------------------------------
+
+    async def learned_rate(self) -> LearnedRate | None:
+        return await self._run(rate.load)
+
+    async def save_learned_rate(self, learned: LearnedRate) -> None:
+        await self._write(lambda c: rate.save(c, learned))
 
     # -- sweep runs (sweeps.py) -------------------------------------------------
 
