@@ -49,10 +49,12 @@ class RateLimiter:
     go every `window / capacity` seconds: a service that counts a sliding second, not
     fixed windows, sees no burst either. Calls whose callers came late for their turns
     (by up to `catch_up` seconds) may catch up; after a longer pause the turns start
-    again from the next call, with no burst. A call counts from
-    the moment its request headers go out (the client reports httpcore's trace event
-    through `sent`), not from when `acquire` let it go: waiting for a connection or a
-    TLS handshake must not squeeze two calls into one of the service's windows. When
+    again from the next call, with no burst.
+
+    A call counts from the moment its request headers go out (the client reports
+    httpcore's trace event through `sent`), not from when `acquire` let it go: waiting
+    for a connection or a TLS handshake must not squeeze two calls into one of the
+    service's windows. When
     no such event comes (httpx.ASGITransport fires none) the reservation time is the
     send time. The service counts arrivals in fixed one-second windows, and network
     delay varies, so two sends a second apart can arrive less than a second apart:
