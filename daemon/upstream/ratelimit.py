@@ -95,7 +95,7 @@ class RateLimiter:
         *,
         pinned: bool = False,
         headroom: float = 0.05,
-        catch_up: float = 0.05,
+        catch_up: float = 0.25,
         probe: bool = False,
         probe_timeout: float = 2.0,
         ramp_start: float = 4.0,
