@@ -32,12 +32,13 @@ class Slot:
     moment the request really goes out; an answer or `unanswered` settles it. While
     reserved but not sent, it counts as sent now: it will be, any moment."""
 
-    __slots__ = ("at", "pending", "probe")
+    __slots__ = ("at", "held", "pending", "probe")
 
-    def __init__(self, at: float, *, probe: bool) -> None:
+    def __init__(self, at: float, *, probe: bool, held: bool = False) -> None:
         self.at = at
         self.pending = True
         self.probe = probe
+        self.held = held  # the limiter made it wait: the pace, not the caller, bound it
 
 
 class RateLimiter:
@@ -80,11 +81,13 @@ class RateLimiter:
       delays, but never bursts). An answer that announces the limit ends it.
     * ramping: an answer with no limit announced (the service may tell it only on a
       429) starts at `ramp_start` calls a second, and each answer that comes back clean
-      adds `ramp_gain` calls a second: the pace grows as fast as answers prove it safe
-      (it doubles within 1 / ramp_gain of a second when used to the full), and not
-      while they do not come. A 429 naming the limit ends discovery; one that names
-      none halves the pace, and from then on growth is additive: 5% of the pace of that
-      429 a second. Past `ramp_ceiling` the limiter stops limiting.
+      to a call the pace held back adds `ramp_gain` calls a second: the pace grows as
+      fast as answers prove it safe (it doubles within 1 / ramp_gain of a second when
+      used to the full), and not while they do not come, nor past what the callers
+      need (a pace far above the calls made would reach the ceiling and stop limiting,
+      untested). A 429 naming the limit ends discovery; one that names none halves the
+      pace, and from then on growth is additive: 5% of the pace of that 429 a second.
+      Past `ramp_ceiling` the limiter stops limiting.
 
     Without `probe`, calls are not held until a rate is known.
     """
@@ -217,11 +220,12 @@ class RateLimiter:
 
     async def acquire(self) -> Slot:
         """Wait until one more call fits under the limit, and reserve its place."""
+        called = self._clock()
         async with self._lock:
             while (wait := self._wait(self._clock())) > 0:
                 await self._nap(wait)
             now = self._clock()
-            slot = Slot(now, probe=self._probing)
+            slot = Slot(now, probe=self._probing, held=now > called)
             if slot.probe:
                 self._probes_out += 1
                 self._last_probe = now
@@ -260,7 +264,7 @@ class RateLimiter:
                 self.pause(hint.reset_in)  # the service's window is used up: wait it out
             if self._probing and status < 500:
                 self._start_ramp()  # it answers, and announces no limit
-            elif self._ramp is not None and status < 500:
+            elif self._ramp is not None and status < 500 and slot.held:
                 self._grow_ramp()
         self._wake()
 

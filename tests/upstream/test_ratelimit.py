@@ -398,14 +398,15 @@ async def test_probing_lets_one_call_out_until_the_service_has_answered() -> Non
 @bounded
 async def test_an_answer_announcing_no_limit_starts_a_ramp() -> None:
     """The service answers the probe without any limit header: pacing ramps from
-    ramp_start calls a second, each clean answer adding ramp_gain; it does not stop."""
+    ramp_start calls a second, each clean answer to a call the pace held back adding
+    ramp_gain (a call that did not wait says nothing of the pace); it does not stop."""
     time = FakeTime()
     limiter = limiter_on(time, probe=True, ramp_start=2, ramp_gain=2, headroom=0, catch_up=0)
     starts = await paced(limiter, time, [200] * 3)
     assert limiter.phase == "ramping"
     assert limiter.rate is None
-    assert limiter.pace == 6  # 2, and 2 for each of the two answers after the probe's
-    assert starts == [0.0, 0.0, 0.5]  # at 2/s, then one every 1/4 s
+    assert limiter.pace == 4  # 2, and 2 for the third call's answer (held until 1.0)
+    assert starts == [0.0, 0.0, 1.0]  # at 2/s, the probe's call counting in the window
 
 
 @bounded
@@ -457,18 +458,19 @@ async def test_a_429_announcing_a_limit_ends_discovery() -> None:
 
 @bounded
 async def test_the_ramp_grows_with_clean_answers_and_halves_on_a_429_naming_no_limit() -> None:
-    """Ramping from 2/s, 2 more a second per clean answer (2, 4, 6, 8, 10). A header-less
-    429 pauses everyone for the backoff and halves the pace to 5; from then on growth is
-    additive, 5% of the 429's pace (0.5/s, at least 1/s) a second at full use."""
+    """Ramping from 2/s, 2 more a second per clean answer to a call the pace held (the
+    second call is not held: 2, 4, 6, 8). A header-less 429 pauses everyone for the
+    backoff and halves the pace to 4; from then on growth is additive, 5% of the 429's
+    pace (0.4/s, at least 1/s) a second at full use."""
     time = FakeTime()
     limiter = limiter_on(time, probe=True, ramp_start=2, headroom=0, rand=lambda: 0.0)
     await paced(limiter, time, [200] * 5)
-    assert limiter.pace == 10
+    assert limiter.pace == 8
     refused = (await paced(limiter, time, [429]))[0]
-    assert limiter.pace == 5
+    assert limiter.pace == 4
     after = await paced(limiter, time, [200] * 5)
     assert after[0] >= refused + 0.25  # the backoff: 0.5 s halved by rand() = 0
-    assert 5.9 < (limiter.pace or 0) < 6.0  # about a second of calls at 5/s: nearly +1
+    assert 5.0 < (limiter.pace or 0) < 5.2  # about a second of calls at 4-5/s: nearly +1
     assert limiter.phase == "ramping"
 
 
@@ -478,8 +480,20 @@ async def test_the_ramp_stops_limiting_past_its_ceiling() -> None:
     time = FakeTime()
     limiter = limiter_on(time, probe=True, ramp_start=2, ramp_ceiling=4, headroom=0)
     starts = await paced(limiter, time, [200] * 10)
-    assert starts == [0.0] * 10
+    assert starts == [0.0, 0.0] + [1.0] * 8
     assert limiter.phase == "unlimited"
+
+
+@bounded
+async def test_the_ramp_does_not_grow_past_what_the_callers_need() -> None:
+    """Calls that never wait for their turn (fewer than the pace allows) do not grow it:
+    the pace stays where it binds, and never reaches the ceiling that stops limiting."""
+    time = FakeTime()
+    limiter = limiter_on(time, probe=True, ramp_start=10, headroom=0)
+    for _ in range(50):
+        await paced(limiter, time, [200])
+        await time.sleep(0.5)  # the caller's own pace: 2 a second
+    assert (limiter.phase, limiter.pace) == ("ramping", 10)
 
 
 @bounded
