@@ -33,6 +33,13 @@ starts at its return. The backlog must be drained within 1.5x the theoretical ti
 5 s (issue 35): the wait was the service's, and its return ends it for every dlqId.
 The calls that met the outage are counted apart.
 
+With `--service silent`, the emulator announces its limit only on a 429 and counts it in
+a sliding second (EMULATOR_RATE_LIMIT_HEADERS=on_429, EMULATOR_RATE_LIMIT_WINDOW=sliding):
+recoveryd learns the limit by exceeding it once. Its 429s are grouped in episodes (each
+within EPISODE_GAP seconds of the one before); the target is one episode, and a drain
+rate >= 85% of the theoretical limit. `--service announcing` (the default) is the
+emulator as the service documents itself: the limit on every answer, fixed windows.
+
 Every figure of calls comes from the emulator's journal and stats, every resumed run
 is checked against the seeded dlqIds, or the run fails with status 1.
 Targets, `--fetch always`: drain rate >= 90% of the theoretical limit, < 1.05 upstream
@@ -42,6 +49,7 @@ calls per recovered run, zero 429s once the limit is known (counted: every 429).
 Run: python -m bench.drain [--entries N] [--rate N] [--naive-entries N] [--skip-naive]
                            [--replicas N] [--store sqlite|postgres]
                            [--fetch always|needed] [--outage DURATION]
+                           [--service announcing|silent]
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +111,8 @@ REQUESTS_PER_CONNECTION = 900
 NAIVE_WORKERS = 8
 POLL = 0.2  # seconds between looks at recoveryd's status
 TARGET_SHARE = 0.90
+TARGET_SILENT_SHARE = 0.85
+EPISODE_GAP = 3.0  # seconds: 429s closer than this to the one before are one episode
 TARGET_CALLS_PER_RUN = 1.05
 TARGET_NEEDED_CALLS_PER_RUN = 0.05
 TARGET_NEEDED_SPEEDUP = 10.0
@@ -140,6 +150,7 @@ class Options:
     store: str = "sqlite"
     fetch: str = "always"  # RECOVERYD_FETCH
     outage: float | None = None  # seconds the service is down while the callbacks arrive
+    service: str = "announcing"  # or "silent": the limit told on 429s only, a sliding second
 
 
 @dataclass(frozen=True)
@@ -157,6 +168,7 @@ class Drain:
     rate_limited: int
     rate_limited_by_second: Counter[int]
     rate_limited_after_the_first: int  # 429s but the first answer's
+    episodes: int = 0  # runs of 429s, each within EPISODE_GAP s of the one before
 
     @property
     def calls(self) -> int:
@@ -184,8 +196,9 @@ class Drain:
 
 
 @contextlib.contextmanager
-def emulator_server(workdir: Path, rate: int) -> Iterator[Server]:
-    """The emulator enforcing `rate` requests per second, runs recorded but not executed."""
+def emulator_server(workdir: Path, rate: int, service: str = "announcing") -> Iterator[Server]:
+    """The emulator enforcing `rate` requests per second, runs recorded but not executed;
+    a `silent` service tells its limit only on 429s and counts it in a sliding second."""
     port = free_port()
     # Every credential set, so that none is generated and printed to its log.
     settings = {
@@ -195,6 +208,11 @@ def emulator_server(workdir: Path, rate: int) -> Iterator[Server]:
         "EMULATOR_SIGNING_KEY_NEXT": SIGNING_KEY[::-1],
         "EMULATOR_MAX_RPS": str(rate),
     }
+    if service == "silent":
+        settings |= {
+            "EMULATOR_RATE_LIMIT_HEADERS": "on_429",
+            "EMULATOR_RATE_LIMIT_WINDOW": "sliding",
+        }
     command = [sys.executable, "-c", _EMULATOR_MAIN, HOST, str(port)]
     with _running("emulator", command, port, workdir, "/_emulator/stats", settings) as server:
         yield server
@@ -354,7 +372,14 @@ def drain_of(
         rate_limited_after_the_first=sum(
             call["status"] == 429 for call in sorted(seen.journal, key=lambda c: c["at"])[1:]
         ),
+        episodes=episodes(call["at"] for call in seen.journal if call["status"] == 429),
     )
+
+
+def episodes(refused_at: Iterable[float]) -> int:
+    """How many runs of 429s there were, each 429 within EPISODE_GAP s of the one before."""
+    times = sorted(refused_at)
+    return sum(1 for i, at in enumerate(times) if i == 0 or at - times[i - 1] > EPISODE_GAP)
 
 
 # recoveryd's drain.
@@ -590,7 +615,7 @@ def print_comparison(recoveryd: Drain, other: Drain) -> None:
     )
 
 
-def print_targets(drain: Drain, always: Drain | None) -> None:
+def print_targets(drain: Drain, always: Drain | None, service: str = "announcing") -> None:
     if always is not None:
         speedup = drain.runs_per_second / always.runs_per_second
         print_verdicts([
@@ -608,6 +633,25 @@ def print_targets(drain: Drain, always: Drain | None) -> None:
                 "no 429 after the first answer",
                 f"{drain.rate_limited_after_the_first}",
                 drain.rate_limited_after_the_first == 0,
+            ),
+        ])  # fmt: skip
+        return
+    if service == "silent":
+        print_verdicts([
+            (
+                f"drain rate >= {TARGET_SILENT_SHARE:.0%} of the theoretical limit",
+                f"{drain.share:.1%}",
+                drain.share >= TARGET_SILENT_SHARE,
+            ),
+            (
+                f"upstream calls per recovered run < {TARGET_CALLS_PER_RUN}",
+                f"{drain.calls_per_run:.3f}",
+                drain.calls_per_run < TARGET_CALLS_PER_RUN,
+            ),
+            (
+                f"429s in one discovery episode (429s within {EPISODE_GAP:g} s of each other)",
+                f"{drain.rate_limited} in {drain.episodes}",
+                drain.episodes <= 1,
             ),
         ])  # fmt: skip
         return
@@ -683,8 +727,8 @@ def print_header(options: Options) -> None:
     )
     print(
         f"recoveryd drain: {options.entries:,} workflow DLQ entries, the emulator enforcing "
-        f"{options.rate} requests/s; {options.replicas} recoveryd on {store} with "
-        f"RECOVERYD_FETCH={options.fetch}{always}; naive baseline: {naive}"
+        f"{options.rate} requests/s ({options.service} service); {options.replicas} recoveryd "
+        f"on {store} with RECOVERYD_FETCH={options.fetch}{always}; naive baseline: {naive}"
     )
     print(
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -713,7 +757,7 @@ def run(options: Options) -> None:
     print_header(options)
     with (
         tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp,
-        emulator_server(Path(tmp), options.rate) as emulator,
+        emulator_server(Path(tmp), options.rate, options.service) as emulator,
     ):
         workdir = Path(tmp)
         with recoveryd_servers(workdir, url_of(emulator), options) as recoveryd:
@@ -732,7 +776,7 @@ def run(options: Options) -> None:
     if options.outage is not None:
         print_outage_targets(drain, seen, options.outage)
     else:
-        print_targets(drain, always)
+        print_targets(drain, always, options.service)
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
@@ -758,6 +802,12 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         "--outage", type=parse_duration, default=None,
         help="the service down this long (e.g. 60s) while the callbacks arrive",
     )  # fmt: skip
+    parser.add_argument(
+        "--service",
+        choices=("announcing", "silent"),
+        default="announcing",
+        help="the limit on every answer, or only on 429s (counted in a sliding second)",
+    )
     args = parser.parse_args(argv)
     store = args.store or ("postgres" if args.replicas > 1 else "sqlite")
     if store == "sqlite" and args.replicas > 1:
@@ -771,6 +821,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         store,
         args.fetch,
         args.outage,
+        args.service,
     )
 
 

@@ -175,6 +175,7 @@ def admin_app(
     async def prometheus_metrics() -> Response:
         await _read_store_gauges(store, metrics, wall_clock())
         metrics.rate_limit.set(client.limiter.pace or 0)
+        metrics.set_rate_limit_source(client.limiter.source)
         metrics.ready.set(0 if await not_ready() else 1)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -20,6 +20,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from daemon.account import CredentialsFileError, RotationTiming, Rotator, Saved
 from daemon.account import credentials_file as credentials_files
+from daemon.account.rate import SharedRate
 from daemon.account.rotation import missing_basic_credentials
 from daemon.account.vault import CredentialsStore, FileVault, StoreVault, Vault
 from daemon.admin import admin_app
@@ -122,6 +123,7 @@ async def running(
             wall_clock=wall_clock,
         )  # fmt: skip
         client.on_breaker_change = _breaker_watch(metrics, pipeline.breaker_changed)
+        shared_rate = SharedRate(store, client.limiter, replica, supervisor)
         heartbeat = Heartbeat(
             store, replica, metrics, lease=settings.REPLICA_LEASE, limiter=client.limiter,
             fence=fence, on_gone=pipeline.replicas_gone, supervisor=supervisor,
@@ -173,6 +175,7 @@ async def running(
         )
         async with (
             heartbeat.running(),
+            shared_rate.running(),
             rotator.following(),
             pipeline.running(),
             singletons.running(),

@@ -14,7 +14,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from daemon.store.records import RotationResult
+from daemon.store.records import RateSource, RotationResult
 
 # Every counter and histogram would also export a `_created` timestamp series: twice the
 # series for nothing a dashboard reads (the process start time says the same).
@@ -284,6 +284,14 @@ class Metrics:
             "it); the slow start's pace while it is being found; 0 when not paced.",
             registry=registry,
         )
+        self.rate_limit_source = Gauge(
+            "recoveryd_upstream_rate_limit_source",
+            "1 for how the rate limit in force was learned (read at scrape time): "
+            "announced (on answers), account (the account record), discovered (on a "
+            "429), pinned (RECOVERYD_MAX_RPS); every source 0 while none is known.",
+            ["source"],
+            registry=registry,
+        )
         self.ready = Gauge(
             "recoveryd_ready",
             "1 when /readyz answers 200, 0 when it does not (read at scrape time; the "
@@ -376,6 +384,10 @@ class Metrics:
         """Count dlqIds that have just ended failed, one rule (or "") each."""
         for rule in rules:
             self.dlq_ids_failed.labels(rule, reason).inc()
+
+    def set_rate_limit_source(self, source: RateSource | None) -> None:
+        for each in get_args(RateSource):
+            self.rate_limit_source.labels(each).set(1 if each == source else 0)
 
     def set_account_limits(self, limits: Mapping[str, float]) -> None:
         """Export the account record's limits (by wire name) that ACCOUNT_LIMITS knows."""

@@ -143,7 +143,7 @@ class Rotator:
 
     def adopt(self, limits: dict[str, int]) -> None:
         """Use the account's limits: the rate limit for calls, the rest as metrics."""
-        self._client.limiter.learn(limits.get("max_requests_per_second"))
+        self._client.limiter.learn(limits.get("max_requests_per_second"), "account")
         self._metrics.set_account_limits(limits)
         retention = limits.get("max_dlq_retention_time_milis")
         if retention is not None:

@@ -7,6 +7,9 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast, get_args
+
+from daemon.emulator.ratelimit import Announce, Counting
 
 # The fields whose value is a credential: generated when left empty, never shown in a repr.
 SECRET_FIELDS = ("token", "password", "signing_key_current", "signing_key_next")
@@ -38,6 +41,10 @@ class EmulatorConfig:
     signing_key_next: str = field(default="", repr=False)
     header_prefix: str = DEFAULT_HEADER_PREFIX
     max_requests_per_second: int | None = None
+    # Which answers announce that limit (`Burst-RateLimit-*`): every one, or 429s only;
+    # and whether it is counted in fixed one-second windows or in a sliding second.
+    rate_limit_headers: Announce = "always"
+    rate_limit_window: Counting = "fixed"
     # The account's daily budget of calls; None: not enforced, and no `RateLimit-*` header.
     max_requests_per_day: int | None = None
     delivery_retry_delay: float = 0.05
@@ -73,6 +80,10 @@ class EmulatorConfig:
                 raise ValueError(f"{name} must not be negative")
         if self.callback_retries < 0:
             raise ValueError("callback_retries must not be negative")
+        if self.rate_limit_headers not in get_args(Announce):
+            raise ValueError(f"rate_limit_headers must be one of {get_args(Announce)}")
+        if self.rate_limit_window not in get_args(Counting):
+            raise ValueError(f"rate_limit_window must be one of {get_args(Counting)}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EmulatorConfig:
@@ -104,4 +115,7 @@ class EmulatorConfig:
             max_requests_per_second=limit("EMULATOR_MAX_RPS"),
             max_requests_per_day=limit("EMULATOR_MAX_REQUESTS_PER_DAY"),
             refuse_gone_dlq_ids=switch("EMULATOR_REFUSE_GONE_DLQ_IDS"),
+            # Checked by _validate: a value not among the Literal's is refused there.
+            rate_limit_headers=cast(Announce, text("EMULATOR_RATE_LIMIT_HEADERS", "always")),
+            rate_limit_window=cast(Counting, text("EMULATOR_RATE_LIMIT_WINDOW", "fixed")),
         )

@@ -35,9 +35,12 @@ Lists are answered as plain JSON arrays.
   `GET`/`DELETE` -> `{"active", "mode", "seconds", "remaining", "retryAfter", "calls",
   "held"}`: `calls` met by the outage switched on last, `held` being held right now.
 * `GET /_emulator/account` / `POST /_emulator/account` `{"max_requests_per_second"?: N|null,
-  "max_requests_per_day"?: N|null}` (a field left out is kept; null lifts the limit) ->
-  `{"max_requests_per_second", "max_requests_per_day", "username", "rotations"}` (never a
-  credential).
+  "max_requests_per_day"?: N|null, "rate_limit_headers"?: "always"|"on_429",
+  "rate_limit_window"?: "fixed"|"sliding"}` (a field left out is kept; null lifts the
+  limit; `on_429`: only a 429 carries `Burst-RateLimit-*`; `sliding`: the per-second
+  limit counts the second before each arrival, not fixed windows) ->
+  `{"max_requests_per_second", "max_requests_per_day", "rate_limit_headers",
+  "rate_limit_window", "username", "rotations"}` (never a credential).
 * `GET /_emulator/behaviour` / `POST /_emulator/behaviour` `{"refuseGoneDlqIds"?: bool}`
   -> `{"refuseGoneDlqIds"}`: whether a bulk resume/restart naming a dlqId that is not in
   the DLQ is refused with 400 (a stricter service than QStash) rather than the dlqId
@@ -71,6 +74,7 @@ from daemon.emulator.emulator import Emulator, PublishRequest
 from daemon.emulator.errors import error_response
 from daemon.emulator.faults import FaultSpec
 from daemon.emulator.outage import OutageSpec
+from daemon.emulator.ratelimit import Announce, Counting
 from daemon.emulator.service_api import get_emulator
 from daemon.emulator.state import Endpoint, EndpointRef, SeedMessage, parse_endpoint_refs
 
@@ -98,6 +102,8 @@ class AccountSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_requests_per_second: int | None = Field(None, ge=1)
     max_requests_per_day: int | None = Field(None, ge=1)
+    rate_limit_headers: Announce = "always"
+    rate_limit_window: Counting = "fixed"
 
 
 @control.post("/dlq")
@@ -180,6 +186,8 @@ async def end_outage(emulator: EmulatorDep) -> JSONResponse:
 def _account_settings(emulator: Emulator) -> dict[str, Any]:
     return {
         **emulator.enforced_limits(),
+        "rate_limit_headers": emulator.rate_limit_headers,
+        "rate_limit_window": emulator.rate_limit_window,
         "username": emulator.account.username,
         "rotations": emulator.account.rotations,
     }

@@ -22,7 +22,7 @@ from daemon.emulator.headers import HeaderNames, as_lists, canonical, with_heade
 from daemon.emulator.journal import Journal
 from daemon.emulator.outage import Outage
 from daemon.emulator.overrides import Overrides, is_http_url
-from daemon.emulator.ratelimit import DailyBudget, FixedWindow
+from daemon.emulator.ratelimit import Announce, BurstLimit, Counting, DailyBudget
 from daemon.emulator.state import (
     DlqEntry,
     Run,
@@ -110,7 +110,11 @@ class Emulator:
         self.account = self._new_account()
         self.store = Store()
         self.journal = Journal()
-        self.limiter = FixedWindow(config.max_requests_per_second)
+        self.limiter = BurstLimit(
+            config.max_requests_per_second,
+            counting=config.rate_limit_window,
+            announce=config.rate_limit_headers,
+        )
         self.daily = DailyBudget(config.max_requests_per_day)
         self.faults = FaultBook()
         self.outage = Outage()
@@ -149,6 +153,22 @@ class Emulator:
         self.limiter.limit = limit
 
     @property
+    def rate_limit_headers(self) -> Announce:
+        return self.limiter.announce
+
+    @rate_limit_headers.setter
+    def rate_limit_headers(self, announce: Announce) -> None:
+        self.limiter.announce = announce
+
+    @property
+    def rate_limit_window(self) -> Counting:
+        return self.limiter.counting
+
+    @rate_limit_window.setter
+    def rate_limit_window(self, counting: Counting) -> None:
+        self.limiter.counting = counting
+
+    @property
     def max_requests_per_day(self) -> int | None:
         return self.daily.limit
 
@@ -185,7 +205,11 @@ class Emulator:
         self.faults.clear()
         self.outage.clear()
         self.courier.clear()
-        self.limiter.reset(self.config.max_requests_per_second)
+        self.limiter.reset(
+            self.config.max_requests_per_second,
+            counting=self.config.rate_limit_window,
+            announce=self.config.rate_limit_headers,
+        )
         self.daily.reset(self.config.max_requests_per_day)
         self.rate_limited = 0
         self.refuse_gone_dlq_ids = self.config.refuse_gone_dlq_ids

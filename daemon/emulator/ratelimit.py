@@ -1,10 +1,20 @@
 """The account's limits on calls: requests per second, counted in fixed one-second
-windows, and requests per day, counted per UTC day."""
+windows or in a sliding second, and requests per day, counted per UTC day."""
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
+from typing import Literal
+
+# Which answers carry the `Burst-RateLimit-*` headers: every answer (as the service
+# documents), or only a 429 (a service that tells its limit only once it is exceeded).
+Announce = Literal["always", "on_429"]
+# How arrivals are counted: in fixed windows of one second of the clock, or in the
+# second before each arrival (a sliding window, stricter: no two windows' worth can
+# arrive within one second across a window's edge).
+Counting = Literal["fixed", "sliding"]
 
 
 @dataclass(frozen=True)
@@ -14,7 +24,8 @@ class Verdict:
     allowed: bool
     limit: int | None
     remaining: int
-    reset: int  # unix seconds: the end of the current window
+    reset: int  # unix seconds: the end of the current window, or when a sliding one has room
+    announce: Announce = "always"
 
     def headers(self) -> dict[str, str]:
         if self.limit is None:
@@ -30,37 +41,65 @@ def burst_headers(limit: int, remaining: int, reset: int) -> dict[str, str]:
     }
 
 
-class FixedWindow:
-    """Counts every arriving request in its one-second window, whether it is let through or not.
+class BurstLimit:
+    """Counts every arriving request against the per-second limit, whether it is let
+    through or not: in its fixed one-second window (`counting="fixed"`, the default), or
+    among the arrivals of the second before it (`"sliding"`).
 
-    `max_in_window` is the most requests seen in any one window, so a test can assert that a
-    client never went over the limit, even when the limit is off (`limit=None`).
+    `max_in_window` is the most requests seen in any one window (with `"sliding"`, in any
+    second), so a test can assert that a client never went over the limit, even when the
+    limit is off (`limit=None`). `announce` says which answers carry the headers.
     """
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(
+        self, limit: int | None, *, counting: Counting = "fixed", announce: Announce = "always"
+    ) -> None:
         self.limit = limit
+        self.counting: Counting = counting
+        self.announce: Announce = announce
         self.calls = 0
         self.max_in_window = 0
         self._window: int | None = None
         self._count = 0
+        self._arrivals: deque[float] = deque()  # the last second's, when sliding
 
-    def reset(self, limit: int | None) -> None:
+    def reset(
+        self, limit: int | None, *, counting: Counting = "fixed", announce: Announce = "always"
+    ) -> None:
         """Forget every count, and start over with `limit`."""
         self.limit = limit
+        self.counting, self.announce = counting, announce
         self.calls = self.max_in_window = self._count = 0
         self._window = None
+        self._arrivals.clear()
 
     def hit(self, now: float) -> Verdict:
+        self.calls += 1
+        if self.counting == "sliding":
+            count, reset = self._slide(now)
+        else:
+            count, reset = self._fixed(now)
+        self.max_in_window = max(self.max_in_window, count)
+        if self.limit is None:
+            return Verdict(True, None, 0, reset, self.announce)
+        remaining = max(0, self.limit - count)
+        return Verdict(count <= self.limit, self.limit, remaining, reset, self.announce)
+
+    def _fixed(self, now: float) -> tuple[int, int]:
+        """This arrival's count in its window, and the window's end."""
         window = math.floor(now)
         if window != self._window:
             self._window, self._count = window, 0
         self._count += 1
-        self.calls += 1
-        self.max_in_window = max(self.max_in_window, self._count)
-        if self.limit is None:
-            return Verdict(True, None, 0, window + 1)
-        remaining = max(0, self.limit - self._count)
-        return Verdict(self._count <= self.limit, self.limit, remaining, window + 1)
+        return self._count, window + 1
+
+    def _slide(self, now: float) -> tuple[int, int]:
+        """Arrivals in the second up to this one (itself included), and the whole second
+        by which the oldest of them has left it."""
+        while self._arrivals and self._arrivals[0] <= now - 1.0:
+            self._arrivals.popleft()
+        self._arrivals.append(now)
+        return len(self._arrivals), math.ceil(self._arrivals[0] + 1.0)
 
 
 DAY = 86_400  # seconds
@@ -147,7 +186,9 @@ class CallLimits:
     def headers(self, status: int) -> dict[str, str]:
         if self.quiet:
             return {}
-        told = self.burst.headers() if self.burst is not None else {}
+        told: dict[str, str] = {}
+        if self.burst is not None and (self.burst.announce == "always" or status == 429):
+            told = self.burst.headers()
         # The SDKs take any 429 with `RateLimit-Limit` for the daily limit's: no other
         # 429 may carry it.
         if self.daily is not None and (status != 429 or not self.daily.allowed):

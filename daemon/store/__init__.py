@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 from daemon.store.records import (
     BatchRecord,
     Claimed,
+    LearnedRate,
     NotificationJob,
     NotificationResult,
     Outcome,
@@ -288,6 +289,14 @@ class Store(Protocol):
 
     async def last_rotation_failure(self) -> float | None:
         """When the last rotation that ended in `failure` finished (Unix time)."""
+
+    async def learned_rate(self) -> LearnedRate | None:
+        """The account's rate limit as a replica last learned it, and how; None before
+        any has been learned (daemon/account/rate.py)."""
+        ...
+
+    async def save_learned_rate(self, learned: LearnedRate) -> None:
+        """Keep `learned` for every replica and the next start, in place of the last."""
         ...
 
     async def begin_sweep_run(

@@ -348,3 +348,20 @@ class Replica:
     id: str
     started_at: float
     seen_at: float
+
+
+# How the account's rate limit was learned: the `Burst-RateLimit-Limit` of an answer let
+# through, the account record (`max_requests_per_second`), that header on a 429 (the
+# service told it only once it was exceeded), or the operator's RECOVERYD_MAX_RPS.
+RateSource = Literal["announced", "account", "discovered", "pinned"]
+
+
+@dataclass(frozen=True)
+class LearnedRate:
+    """The account's limit in calls a second as a replica learned it, kept in the store so
+    that every replica, and the next start, uses it without learning it again."""
+
+    rate: float
+    source: RateSource
+    learned_at: float  # Unix time
+    replica: str | None = None  # who learned it

@@ -25,6 +25,7 @@ from daemon.store import sqlite_health as health
 from daemon.store import sqlite_lineage as lineage
 from daemon.store import sqlite_notify as notify
 from daemon.store import sqlite_pipeline as pipeline
+from daemon.store import sqlite_rate as rate
 from daemon.store import sqlite_retention as retention
 from daemon.store import sqlite_rotations as rotations
 from daemon.store import sqlite_sweeps as sweeps
@@ -32,6 +33,7 @@ from daemon.store.group_commit import GroupCommit
 from daemon.store.records import (
     BatchRecord,
     Claimed,
+    LearnedRate,
     NotificationJob,
     NotificationResult,
     Outcome,
@@ -76,6 +78,7 @@ MIGRATIONS = (
     pipeline.VERIFIED,
     pipeline.REFUSALS,
     pipeline.WAITS_FOR_SERVICE,
+    rate.SCHEMA,
 )
 
 
@@ -387,6 +390,14 @@ class SQLiteStore:
 
     async def last_rotation_failure(self) -> float | None:
         return await self._run(rotations.last_failure_at)
+
+    # -- the account's learned rate limit (sqlite_rate.py) ---------------------------
+
+    async def learned_rate(self) -> LearnedRate | None:
+        return await self._run(rate.load)
+
+    async def save_learned_rate(self, learned: LearnedRate) -> None:
+        await self._write(lambda c: rate.save(c, learned))
 
     # -- sweep runs (sqlite_sweeps.py) -------------------------------------------------
 

@@ -191,7 +191,7 @@ class ServiceClient:
             idempotent=False,
             credentials=self._credentials.current,
         )
-        self.limiter.learn(record.max_requests_per_second)
+        self.limiter.learn(record.max_requests_per_second, "account")
         return record
 
     async def token_works(self, credentials: Credentials | None = None) -> bool:

@@ -16,6 +16,9 @@ from daemon.upstream.headers import RateHint
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 Phase = Literal["known", "probing", "ramping", "unlimited"]
+# How the rate in force was learned (daemon.store.records.RateSource): the limit header
+# of an answer let through, the account record, that header on a 429, or the operator.
+Source = Literal["announced", "account", "discovered", "pinned"]
 
 # Seconds of sends kept while no rate is known, so that a rate learned later counts them.
 _UNLIMITED_MEMORY = 10.0
@@ -29,22 +32,30 @@ class Slot:
     moment the request really goes out; an answer or `unanswered` settles it. While
     reserved but not sent, it counts as sent now: it will be, any moment."""
 
-    __slots__ = ("at", "pending", "probe")
+    __slots__ = ("at", "held", "pending", "probe")
 
-    def __init__(self, at: float, *, probe: bool) -> None:
+    def __init__(self, at: float, *, probe: bool, held: bool = False) -> None:
         self.at = at
         self.pending = True
         self.probe = probe
+        self.held = held  # the limiter made it wait: the pace, not the caller, bound it
 
 
 class RateLimiter:
-    """A sliding-window limiter shared by every caller of one account.
+    """A sliding-window limiter shared by every caller of one account, that spaces calls
+    evenly.
 
     Counting. At most `capacity` (the rate, rounded down) calls are sent in any window
-    of one second plus `headroom`, on the injected monotonic clock. A call counts from
-    the moment its request headers go out (the client reports httpcore's trace event
-    through `sent`), not from when `acquire` let it go: waiting for a connection or a
-    TLS handshake must not squeeze two calls into one of the service's windows. When
+    of one second plus `headroom`, on the injected monotonic clock, and one call is let
+    go every `window / capacity` seconds: a service that counts a sliding second, not
+    fixed windows, sees no burst either. Calls whose callers came late for their turns
+    (by up to `catch_up` seconds) may catch up; after a longer pause the turns start
+    again from the next call, with no burst.
+
+    A call counts from the moment its request headers go out (the client reports
+    httpcore's trace event through `sent`), not from when `acquire` let it go: waiting
+    for a connection or a TLS handshake must not squeeze two calls into one of the
+    service's windows. When
     no such event comes (httpx.ASGITransport fires none) the reservation time is the
     send time. The service counts arrivals in fixed one-second windows, and network
     delay varies, so two sends a second apart can arrive less than a second apart:
@@ -52,7 +63,10 @@ class RateLimiter:
     throughput a window (5% by default). Waiters are served in arrival order.
 
     The rate is pinned (configured by the operator) or learned: from the account
-    record's `max_requests_per_second` or any answer's `Burst-RateLimit-Limit`.
+    record's `max_requests_per_second` or any answer's `Burst-RateLimit-Limit`, or
+    adopted as another replica, or an earlier start, learned it (daemon/account/rate.py).
+    `learned` is the account's limit and how it was learned, pinned or not;
+    `on_learned` is told when an answer or a record here teaches a new one.
 
     The service's word on any answer is obeyed (`answered`): `Remaining: 0` with a
     reset pauses everyone until the reset; a 429 pauses everyone until its
@@ -65,11 +79,15 @@ class RateLimiter:
     * probing: one call at a time until the service answers one. A call that gets no
       answer within `probe_timeout` lets exactly one more go (so a hung connection
       delays, but never bursts). An answer that announces the limit ends it.
-    * ramping: an answer with no limit announced (the service may not send the
-      headers) starts a slow start at `ramp_start` calls a second, doubling each
-      `ramp_period` in which at least half the allowance was used and answered with no
-      429; a 429 that announces no limit halves the pace, and growth after it is by a
-      quarter per period. Past `ramp_ceiling` the limiter stops limiting.
+    * ramping: an answer with no limit announced (the service may tell it only on a
+      429) starts at `ramp_start` calls a second, and each answer that comes back clean
+      to a call the pace held back adds `ramp_gain` calls a second: the pace grows as
+      fast as answers prove it safe (it doubles within 1 / ramp_gain of a second when
+      used to the full), and not while they do not come, nor past what the callers
+      need (a pace far above the calls made would reach the ceiling and stop limiting,
+      untested). A 429 naming the limit ends discovery; one that names none halves the
+      pace, and from then on growth is additive: 5% of the pace of that 429 a second.
+      Past `ramp_ceiling` the limiter stops limiting.
 
     Without `probe`, calls are not held until a rate is known.
     """
@@ -80,10 +98,11 @@ class RateLimiter:
         *,
         pinned: bool = False,
         headroom: float = 0.05,
+        catch_up: float = 0.25,
         probe: bool = False,
         probe_timeout: float = 2.0,
         ramp_start: float = 4.0,
-        ramp_period: float = 1.0,
+        ramp_gain: float = 2.0,
         ramp_ceiling: float = 1000.0,
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
@@ -97,6 +116,8 @@ class RateLimiter:
         if not 0 < ramp_start <= ramp_ceiling:
             raise ValueError("need 0 < ramp_start <= ramp_ceiling")
         self._headroom = headroom
+        self._catch_up = catch_up
+        self._next_at = -math.inf  # when the next call's even turn comes
         self._share: tuple[int, int] | None = None  # (rank, members) among replicas
         self._clock = clock
         self._sleep = sleep
@@ -115,14 +136,14 @@ class RateLimiter:
         self._probe_timeout = probe_timeout
         self._adaptive = probe
         self._ramp: float | None = None  # calls a second while ramping
-        self._ramp_since = 0.0
-        self._ramp_answers = 0
-        self._ramp_growth = 2.0
         self._ramp_start = ramp_start
-        self._ramp_period = ramp_period
+        self._ramp_gain = ramp_gain
+        self._additive: float | None = None  # growth a second after a 429 naming no limit
         self._ramp_ceiling = ramp_ceiling
         self._pinned = pinned and rate is not None
         self._rate: float | None = None
+        self._learned: tuple[float, Source] | None = None
+        self.on_learned: Callable[[float, Source], None] | None = None
         if rate is not None:
             self._set_rate(rate)
 
@@ -140,6 +161,19 @@ class RateLimiter:
         return self._ramp
 
     @property
+    def learned(self) -> tuple[float, Source] | None:
+        """The account's limit and how it was learned; None while unknown. With a pinned
+        rate, what the service said all the same (kept for the other replicas)."""
+        return self._learned
+
+    @property
+    def source(self) -> Source | None:
+        """How the rate in force was learned; None while unknown."""
+        if self._pinned:
+            return "pinned"
+        return None if self._learned is None else self._learned[1]
+
+    @property
     def phase(self) -> Phase:
         """How calls are paced now: by a known rate, by probing, by a slow start, or not."""
         if self._rate is not None:
@@ -148,15 +182,29 @@ class RateLimiter:
             return "probing"
         return "ramping" if self._ramp is not None else "unlimited"
 
-    def learn(self, rate: float | None) -> None:
-        """The account's rate limit, as the service announced it (None: nothing learned).
-        Adopted unless the operator pinned one; it ends probing and ramping either way."""
+    def learn(self, rate: float | None, source: Source = "announced") -> None:
+        """The account's rate limit, as the service told it (None: nothing learned), and
+        how. Adopted unless the operator pinned one; it ends probing and ramping either
+        way. `on_learned` hears of a limit that differs from the one known."""
+        if self._adopt(rate, source) and self.on_learned is not None and rate is not None:
+            self.on_learned(rate, source)
+
+    def adopt(self, rate: float, source: Source) -> None:
+        """The account's limit as another replica, or an earlier start, learned it: as
+        `learn`, but not told to `on_learned` (it is known already)."""
+        self._adopt(rate, source)
+
+    def _adopt(self, rate: float | None, source: Source) -> bool:
         if rate is None or rate <= 0:
-            return
+            return False
         self._end_discovery()
+        new = self._learned is None or self._learned[0] != rate
+        if new:
+            self._learned = (rate, source)
         if not self._pinned and rate != self._rate:
             self._set_rate(rate)
         self._wake()
+        return new
 
     def share(self, rank: int, members: int) -> None:
         """Replicas share the account: this one, `rank` among `members` (0: none of the
@@ -172,14 +220,17 @@ class RateLimiter:
 
     async def acquire(self) -> Slot:
         """Wait until one more call fits under the limit, and reserve its place."""
+        called = self._clock()
         async with self._lock:
             while (wait := self._wait(self._clock())) > 0:
                 await self._nap(wait)
             now = self._clock()
-            slot = Slot(now, probe=self._probing)
+            slot = Slot(now, probe=self._probing, held=now > called)
             if slot.probe:
                 self._probes_out += 1
                 self._last_probe = now
+            elif (pace := self._pace(now)) is not None and pace[0] > 0:
+                self._space(now, pace[1] / pace[0])
             # Kept even with no rate known yet: calls made just before the rate is
             # learned are in the service's current window too.
             self._slots.append(slot)
@@ -204,7 +255,7 @@ class RateLimiter:
         """The service answered the slot's call with `status`; `hint` is what the
         answer's headers say about the rate limit."""
         self._settle(slot)
-        self.learn(hint.limit)
+        self.learn(hint.limit, "discovered" if status == 429 else "announced")
         if status == 429:
             self._refused(hint)
         else:
@@ -213,8 +264,8 @@ class RateLimiter:
                 self.pause(hint.reset_in)  # the service's window is used up: wait it out
             if self._probing and status < 500:
                 self._start_ramp()  # it answers, and announces no limit
-            elif self._ramp is not None and status < 500:
-                self._ramp_answers += 1
+            elif self._ramp is not None and status < 500 and slot.held:
+                self._grow_ramp()
         self._wake()
 
     # -- the window ------------------------------------------------------------------
@@ -235,6 +286,8 @@ class RateLimiter:
         capacity, window = pace
         if capacity == 0:
             return _PENDING_POLL  # no part of the budget yet: the share may change
+        if now < self._next_at:
+            return self._next_at - now  # not its even turn yet
         if len(self._slots) < capacity:
             return 0.0
         first = self._slots[0]
@@ -246,10 +299,6 @@ class RateLimiter:
             return self._shared(*_shape(self._rate, self._headroom))
         if self._ramp is None:
             return None
-        if now - self._ramp_since >= self._ramp_period:
-            self._grow_ramp(now)
-            if self._ramp is None:
-                return None
         return self._shared(*_shape(self._ramp, self._headroom))
 
     def _shared(self, capacity: int, window: float) -> tuple[int, float]:
@@ -266,6 +315,14 @@ class RateLimiter:
         if part == 0:
             return 1, window * members / capacity
         return part, window
+
+    def _space(self, now: float, interval: float) -> None:
+        """The next call's turn, `interval` after this one's. This one may have come late
+        for its turn (its caller was busy): up to `catch_up` late, the turns keep to their
+        schedule, so the next may go sooner; later than that, the limiter was idle and
+        the schedule starts again from now, with no burst."""
+        late = now - self._next_at
+        self._next_at = (now if late > self._catch_up else self._next_at) + interval
 
     def _forget(self, now: float, memory: float) -> None:
         # Sends are nearly in order, so only the oldest end is trimmed: a slot sent out
@@ -316,20 +373,21 @@ class RateLimiter:
     def _start_ramp(self) -> None:
         self._probing = False
         self._ramp = self._ramp_start
-        self._ramp_since = self._clock()
-        self._ramp_answers = 0
 
-    def _grow_ramp(self, now: float) -> None:
+    def _grow_ramp(self) -> None:
+        """One more answer came back clean: the pace may grow. Each answer adds
+        `ramp_gain` (so the pace grows by ramp_gain times itself a second when used to
+        the full), or, after a 429 naming no limit, its share of the additive growth."""
         assert self._ramp is not None
-        if self._ramp_answers >= self._ramp * self._ramp_period / 2:
-            self._ramp *= self._ramp_growth
-            if self._ramp >= self._ramp_ceiling:
-                self._ramp = None  # no sign of a limit this far up: stop limiting
-        self._ramp_since = now
-        self._ramp_answers = 0
+        if self._additive is None:
+            self._ramp += self._ramp_gain
+        else:
+            self._ramp += self._additive / self._ramp
+        if self._ramp >= self._ramp_ceiling:
+            self._ramp = None  # no sign of a limit this far up: stop limiting
 
     def _slow_down(self) -> None:
-        """A 429 that names no limit, while discovering: halve the pace, grow slower."""
+        """A 429 that names no limit, while discovering: halve the pace, grow additively."""
         if self._probing:
             current = self._ramp_start * 2
         elif self._ramp is not None:
@@ -338,9 +396,7 @@ class RateLimiter:
             current = self._ramp_ceiling
         self._probing = False
         self._ramp = max(self._ramp_start, current / 2)
-        self._ramp_growth = 1.25
-        self._ramp_since = self._clock()
-        self._ramp_answers = 0
+        self._additive = max(1.0, current * 0.05)
 
     def _set_rate(self, rate: float) -> None:
         if rate <= 0:

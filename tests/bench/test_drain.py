@@ -57,3 +57,17 @@ def test_the_drain_after_an_outage_is_timed_from_the_services_return() -> None:
     assert "after a 5 s outage (" in done.stdout
     verdicts = re.findall(r"^(PASS|MISS) ", done.stdout, re.MULTILINE)
     assert len(verdicts) == 2, done.stdout
+
+
+def test_a_service_telling_its_limit_on_429s_only_is_drained_and_its_429s_grouped() -> None:
+    """`--service silent`: the emulator tells its limit only on a 429 and counts a sliding
+    second; the drain ends, and the 429s are reported as episodes."""
+    done = run_bench(
+        "drain", "--service", "silent", "--skip-naive", "--entries", "300", "--rate", "50"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(silent service)" in done.stdout
+    assert re.search(r"^always +300 ", done.stdout, re.MULTILINE), done.stdout  # 429s are calls too
+    assert re.search(r"^(PASS|MISS) +429s in one discovery episode", done.stdout, re.MULTILINE)
+    verdicts = re.findall(r"^(PASS|MISS) ", done.stdout, re.MULTILINE)
+    assert len(verdicts) == 3, done.stdout

@@ -62,3 +62,17 @@ def test_the_refusal_of_gone_dlq_ids_is_read_from_the_environment() -> None:
     assert EmulatorConfig.from_env({"EMULATOR_REFUSE_GONE_DLQ_IDS": "true"}).refuse_gone_dlq_ids
     with pytest.raises(ValueError, match="EMULATOR_REFUSE_GONE_DLQ_IDS"):
         EmulatorConfig.from_env({"EMULATOR_REFUSE_GONE_DLQ_IDS": "yes"})
+
+
+def test_how_the_rate_limit_is_counted_and_told_is_read_from_the_environment() -> None:
+    """EMULATOR_RATE_LIMIT_HEADERS and _WINDOW; a value that is not one of theirs is refused."""
+    assert (
+        EmulatorConfig.from_env({}).rate_limit_headers,
+        EmulatorConfig.from_env({}).rate_limit_window,
+    ) == ("always", "fixed")
+    config = EmulatorConfig.from_env(
+        {"EMULATOR_RATE_LIMIT_HEADERS": "on_429", "EMULATOR_RATE_LIMIT_WINDOW": "sliding"}
+    )
+    assert (config.rate_limit_headers, config.rate_limit_window) == ("on_429", "sliding")
+    with pytest.raises(ValueError, match="rate_limit_headers"):
+        EmulatorConfig.from_env({"EMULATOR_RATE_LIMIT_HEADERS": "never"})

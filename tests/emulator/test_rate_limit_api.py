@@ -192,3 +192,34 @@ async def test_the_daily_limit_is_set_lifted_and_shown_in_the_account_record(
     assert (await client.get("/v2/dlq/1-0")).status_code == 401  # the token was reset
     await client.post("/_emulator/account", json={"max_requests_per_day": None})
     assert (await client.get("/_emulator/account")).json()["max_requests_per_day"] is None
+
+
+async def test_a_service_that_announces_its_limit_on_429s_only(
+    client: httpx.AsyncClient, clock: FakeClock, emulator: Emulator
+) -> None:
+    """POST /_emulator/account `rate_limit_headers: on_429` and `rate_limit_window:
+    sliding`: answers let through say nothing of the limit, a 429 says it all; the count
+    is of the second before each call, across the clock's seconds; a reset brings the
+    config's way back."""
+    answer = await client.post(
+        "/_emulator/account",
+        json={
+            "max_requests_per_second": 2,
+            "rate_limit_headers": "on_429",
+            "rate_limit_window": "sliding",
+        },
+    )
+    assert answer.json()["rate_limit_headers"] == "on_429"
+    assert answer.json()["rate_limit_window"] == "sliding"
+    clock.advance(0.8 - clock() % 1)  # late in a second of the clock
+    first = await client.get("/v2/dlq/1-0")
+    second = await client.get("/v2/dlq/1-0")
+    clock.advance(0.3)  # early in the next one: a fixed window would start over
+    refused = await client.get("/v2/dlq/1-0")
+    assert [first.status_code, second.status_code, refused.status_code] == [404, 404, 429]
+    assert "Burst-RateLimit-Limit" not in first.headers
+    assert refused.headers["Burst-RateLimit-Limit"] == "2"
+    assert refused.headers["Burst-RateLimit-Remaining"] == "0"
+    await client.post("/_emulator/reset")
+    assert (await client.get("/_emulator/account")).json()["rate_limit_headers"] == "always"
+    assert emulator.rate_limit_window == "fixed"

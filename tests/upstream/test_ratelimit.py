@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -135,21 +136,56 @@ async def test_calls_stay_under_the_limit_in_every_window() -> None:
 
 
 @bounded
-async def test_limit_is_used_fully() -> None:
-    """The limiter is not slower than it must be: 23 calls at 5/s start within 4 seconds."""
+async def test_limit_is_used_fully_with_calls_evenly_spaced() -> None:
+    """The limiter is not slower than it must be, nor bursty: 23 calls at 5/s start one
+    every 0.2 s."""
     time = FakeTime()
     starts = await starts_of(limiter_on(time, 5, headroom=0), time, 23)
-    assert max(starts) == 4.0
+    assert starts == pytest.approx([n * 0.2 for n in range(23)])
 
 
 @bounded
 async def test_headroom_widens_each_window() -> None:
-    """With 50 ms of headroom, each next batch of 5 starts 1.05 s after the last:
-    arrivals that jitter by up to 50 ms still fit the service's one-second windows."""
+    """With 50 ms of headroom, 5 calls take 1.05 s, one every 0.21 s: arrivals that
+    jitter by up to 50 ms still fit the service's one-second windows."""
     time = FakeTime()
     starts = await starts_of(limiter_on(time, 5, headroom=0.05), time, 15)
-    assert sorted(set(starts)) == pytest.approx([0.0, 1.05, 2.10])
+    assert starts == pytest.approx([n * 0.21 for n in range(15)])
     assert most_in_any_window(starts, 1.05) == 5
+
+
+@bounded
+async def test_a_sliding_second_sees_no_more_than_the_limit() -> None:
+    """400 callers at 200/s: at most 200 starts in any second (not only in the clock's
+    seconds), one every 1.05 / 200 s."""
+    time = FakeTime()
+    starts = await starts_of(limiter_on(time, 200), time, 400)
+    assert most_in_any_window(starts, 1.0) <= 200
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    assert gaps == pytest.approx([1.05 / 200] * 399)
+
+
+@bounded
+async def test_a_late_caller_catches_up_within_catch_up_only() -> None:
+    """At 10/s a call late by 0.04 s (under catch_up) leaves the schedule as it was: the
+    next goes at its turn, 0.2. One late by 0.3 s (the limiter idle) starts a new
+    schedule: the next waits a whole interval."""
+    time = ManualTime()
+    limiter = limiter_on(time, 10, headroom=0, catch_up=0.05)
+    limiter.sent(await limiter.acquire())  # at 0: the next turn is 0.1
+    await time.advance_to(0.14)
+    limiter.sent(await limiter.acquire())  # 0.04 late: the next turn is 0.2
+    following = asyncio.create_task(limiter.acquire())
+    await time.advance_to(0.2)
+    limiter.sent(await following)
+    assert following.result().at == 0.2
+    await time.advance_to(0.6)  # 0.3 late
+    limiter.sent(await limiter.acquire())
+    following = asyncio.create_task(limiter.acquire())
+    await time.advance_to(0.65)
+    assert not following.done()
+    await time.advance_to(0.7)
+    assert (await following).at == 0.7
 
 
 @bounded
@@ -185,14 +221,29 @@ async def test_learned_rate_is_adopted() -> None:
     limiter = limiter_on(time, headroom=0)
     limiter.learn(2)
     starts = await starts_of(limiter, time, 5)
-    assert starts == [0.0, 0.0, 1.0, 1.0, 2.0]
+    assert starts == [0.0, 0.5, 1.0, 1.5, 2.0]
 
 
 def test_pinned_rate_ignores_what_the_service_says() -> None:
-    """An operator's RECOVERYD_MAX_RPS wins over a learned limit."""
+    """An operator's RECOVERYD_MAX_RPS wins over a learned limit, which is kept all the
+    same as the account's (for replicas with no pin)."""
     limiter = RateLimiter(10, pinned=True)
     limiter.learn(200)
-    assert limiter.rate == 10
+    assert (limiter.rate, limiter.source, limiter.learned) == (10, "pinned", (200, "announced"))
+
+
+def test_a_new_limit_learned_here_is_told_once_and_one_adopted_is_not() -> None:
+    """`on_learned` hears of a limit that differs from the one known, with how it was
+    learned; the same limit again, or one adopted from the store, is not news."""
+    limiter = RateLimiter()
+    told: list[tuple[float, str]] = []
+    limiter.on_learned = lambda rate, source: told.append((rate, source))
+    limiter.learn(200, "discovered")
+    limiter.learn(200, "announced")
+    limiter.adopt(150, "account")
+    assert (limiter.rate, limiter.source, limiter.phase) == (150, "account", "known")
+    limiter.learn(200, "announced")
+    assert told == [(200, "discovered"), (200, "announced")]
 
 
 # -- a call counts from when it is sent ------------------------------------------------
@@ -221,7 +272,7 @@ async def test_a_call_sent_late_counts_from_its_send() -> None:
     """At 2/s, of two calls let go at 0 the second is sent at 0.75: a third goes when the
     first's window ends (1.0), a fourth only when the late one's does (1.75)."""
     time = ManualTime()
-    limiter = limiter_on(time, 2, headroom=0)
+    limiter = limiter_on(time, 2, headroom=0, catch_up=math.inf)  # the window alone
     limiter.sent(await limiter.acquire())
     late = await limiter.acquire()
     third = asyncio.create_task(limiter.acquire())
@@ -242,7 +293,7 @@ async def test_a_call_that_never_went_out_frees_its_place(sent: bool, next_at: f
     """`unanswered(sent=False)`: the service never saw the call, so the next one takes its
     place at once; a call that may have gone out keeps it for the whole window."""
     time = ManualTime()
-    limiter = limiter_on(time, 1, headroom=0)
+    limiter = limiter_on(time, 1, headroom=0, catch_up=math.inf)  # the window alone
     slot = await limiter.acquire()
     waiting = asyncio.create_task(limiter.acquire())
     await settle()
@@ -256,20 +307,21 @@ async def test_a_call_that_never_went_out_frees_its_place(sent: bool, next_at: f
 # -- what the service says ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("remaining", "next_at"), [(0, 0.75), (1, 0.0)])
+@pytest.mark.parametrize(("remaining", "next_at"), [(0, 0.75), (1, 1.05 / 100)])
 @bounded
 async def test_nothing_remaining_pauses_everyone_until_the_reset(
     remaining: int, next_at: float
 ) -> None:
     """An answer saying the window is used up (Remaining: 0) holds every caller until its
-    reset, even under the rate the limiter knows; with some remaining, nobody waits."""
+    reset, even under the rate the limiter knows; with some remaining, the next call
+    waits only for its turn."""
     time = FakeTime()
     limiter = limiter_on(time, 100)
     slot = await limiter.acquire()
     limiter.sent(slot)
     hint = RateHint(limit=100, remaining=remaining, reset_in=0.75)
     limiter.answered(slot, status=200, hint=hint)
-    assert await starts_of(limiter, time, 3) == [next_at] * 3
+    assert min(await starts_of(limiter, time, 3)) == pytest.approx(next_at)
 
 
 @pytest.mark.parametrize(
@@ -300,7 +352,7 @@ async def test_a_429_pauses_everyone_as_long_as_told(hint: RateHint, wait: float
     slot = await limiter.acquire()
     limiter.sent(slot)
     limiter.answered(slot, status=429, hint=hint)
-    assert await starts_of(limiter, time, 3) == [wait] * 3
+    assert min(await starts_of(limiter, time, 3)) == wait
 
 
 @bounded
@@ -317,7 +369,8 @@ async def test_a_429_saying_nothing_backs_off_longer_each_time() -> None:
         limiter.answered(slot, status=status, hint=RateHint())
         slot = await limiter.acquire()
         pauses.append(time.now - answered_at)
-    assert pauses == [0.25, 0.5, 1.0, 1.0, 1.0, 0.0, 0.25]
+    # After the 200, no pause: only the wait for the next call's turn at 100/s.
+    assert pauses == pytest.approx([0.25, 0.5, 1.0, 1.0, 1.0, 1.05 / 100, 0.25])
 
 
 # -- discovery, while no rate is known ------------------------------------------------
@@ -343,16 +396,17 @@ async def test_probing_lets_one_call_out_until_the_service_has_answered() -> Non
 
 
 @bounded
-async def test_an_answer_announcing_no_limit_starts_a_slow_start() -> None:
+async def test_an_answer_announcing_no_limit_starts_a_ramp() -> None:
     """The service answers the probe without any limit header: pacing ramps from
-    ramp_start calls a second, it does not stop."""
+    ramp_start calls a second, each clean answer to a call the pace held back adding
+    ramp_gain (a call that did not wait says nothing of the pace); it does not stop."""
     time = FakeTime()
-    limiter = limiter_on(time, probe=True, ramp_start=2, headroom=0)
+    limiter = limiter_on(time, probe=True, ramp_start=2, ramp_gain=2, headroom=0, catch_up=0)
     starts = await paced(limiter, time, [200] * 3)
     assert limiter.phase == "ramping"
     assert limiter.rate is None
-    assert limiter.pace == 4  # doubled after a second that used its allowance (the gauge)
-    assert starts == [0.0, 0.0, 1.0]
+    assert limiter.pace == 4  # 2, and 2 for the third call's answer (held until 1.0)
+    assert starts == [0.0, 0.0, 1.0]  # at 2/s, the probe's call counting in the window
 
 
 @bounded
@@ -398,21 +452,25 @@ async def test_a_429_announcing_a_limit_ends_discovery() -> None:
     probe = await limiter.acquire()
     limiter.sent(probe)
     limiter.answered(probe, status=429, hint=RateHint(limit=3, retry_after=1.0))
-    assert (limiter.rate, limiter.phase) == (3, "known")
-    assert await starts_of(limiter, time, 4) == [1.0, 1.0, 1.0, 2.0]
+    assert (limiter.rate, limiter.phase, limiter.source) == (3, "known", "discovered")
+    assert await starts_of(limiter, time, 4) == pytest.approx([1.0, 4 / 3, 5 / 3, 2.0])
 
 
 @bounded
-async def test_the_ramp_doubles_while_used_and_halves_on_a_429_naming_no_limit() -> None:
-    """Ramping from 2/s, each second fully used doubles the pace (2, 4, 8). A header-less
-    429 (the last call at 8/s) pauses everyone for the backoff and halves the pace to 4,
-    which from then on grows by a quarter a second (5, then 6.25)."""
+async def test_the_ramp_grows_with_clean_answers_and_halves_on_a_429_naming_no_limit() -> None:
+    """Ramping from 2/s, 2 more a second per clean answer to a call the pace held (the
+    second call is not held: 2, 4, 6, 8). A header-less 429 pauses everyone for the
+    backoff and halves the pace to 4; from then on growth is additive, 5% of the 429's
+    pace (0.4/s, at least 1/s) a second at full use."""
     time = FakeTime()
     limiter = limiter_on(time, probe=True, ramp_start=2, headroom=0, rand=lambda: 0.0)
-    statuses = [200] * 13 + [429] + [200] * 15
-    starts = await paced(limiter, time, statuses)
-    assert per_second(starts) == [2, 4, 8, 4, 5, 6]
-    assert starts[14] == 3.0  # the backoff (0.25 s) ended at 2.25, the window at 3
+    await paced(limiter, time, [200] * 5)
+    assert limiter.pace == 8
+    refused = (await paced(limiter, time, [429]))[0]
+    assert limiter.pace == 4
+    after = await paced(limiter, time, [200] * 5)
+    assert after[0] >= refused + 0.25  # the backoff: 0.5 s halved by rand() = 0
+    assert 5.0 < (limiter.pace or 0) < 5.2  # about a second of calls at 4-5/s: nearly +1
     assert limiter.phase == "ramping"
 
 
@@ -424,6 +482,18 @@ async def test_the_ramp_stops_limiting_past_its_ceiling() -> None:
     starts = await paced(limiter, time, [200] * 10)
     assert starts == [0.0, 0.0] + [1.0] * 8
     assert limiter.phase == "unlimited"
+
+
+@bounded
+async def test_the_ramp_does_not_grow_past_what_the_callers_need() -> None:
+    """Calls that never wait for their turn (fewer than the pace allows) do not grow it:
+    the pace stays where it binds, and never reaches the ceiling that stops limiting."""
+    time = FakeTime()
+    limiter = limiter_on(time, probe=True, ramp_start=10, headroom=0)
+    for _ in range(50):
+        await paced(limiter, time, [200])
+        await time.sleep(0.5)  # the caller's own pace: 2 a second
+    assert (limiter.phase, limiter.pace) == ("ramping", 10)
 
 
 @bounded

@@ -29,6 +29,7 @@ from daemon.store.postgres import (
     endpoints,
     notify,
     pipeline,
+    rate,
     retention,
     rotations,
     singleton,
@@ -41,6 +42,7 @@ from daemon.store.postgres.singleton import AdvisoryLock
 from daemon.store.records import (
     BatchRecord,
     Claimed,
+    LearnedRate,
     NotificationJob,
     NotificationResult,
     Outcome,
@@ -386,6 +388,14 @@ class PostgresStore:
 
     async def last_rotation_failure(self) -> float | None:
         return await self._run(rotations.last_failure_at)
+
+    # -- the account's learned rate limit (rate.py) ------------------------------
+
+    async def learned_rate(self) -> LearnedRate | None:
+        return await self._run(rate.load)
+
+    async def save_learned_rate(self, learned: LearnedRate) -> None:
+        await self._write(lambda c: rate.save(c, learned))
 
     # -- sweep runs (sweeps.py) -------------------------------------------------
 

@@ -260,4 +260,16 @@ WAITS_FOR_SERVICE = """
     ALTER TABLE callbacks ADD COLUMN waits_for_service boolean NOT NULL DEFAULT false;
 """
 
-MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED, REFUSALS, WAITS_FOR_SERVICE)
+# Migration 5: the account's rate limit as last learned, and how (postgres/rate.py): every
+# replica reads it, so that the limit is discovered once per account, not per process.
+LEARNED_RATE = """
+    CREATE TABLE learned_rate (
+        id integer PRIMARY KEY CHECK (id = 1),
+        rate double precision NOT NULL,
+        source text NOT NULL,
+        learned_at double precision NOT NULL,
+        replica text
+    );
+"""
+
+MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED, REFUSALS, WAITS_FOR_SERVICE, LEARNED_RATE)
