@@ -195,6 +195,12 @@ class Breakers:
         for operation in operations:
             self[operation]
 
+    @property
+    def probe_interval(self) -> float:
+        """The longest an open circuit waits between probes: how soon a service that came
+        back is found so."""
+        return self._policy.max_open
+
     def __getitem__(self, operation: str) -> Breaker:
         breaker = self._breakers.get(operation)
         if breaker is None:

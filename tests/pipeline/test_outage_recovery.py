@@ -219,12 +219,11 @@ async def test_batches_whose_calls_met_the_outage_are_checked_once_the_service_i
 ) -> None:
     """RECOVERYD_FETCH=needed: decided from the callbacks, with no read to probe the
     service with; their bulk calls meet the outage (503: outcome unknown) and the checks
-    wait backoffs of 5 to 10 minutes. Batches of 5, so that the six calls open the bulk
-    call's circuit (one call each: a call that may have reached the service is checked,
-    not repeated). The checks probe when the circuit lets them, find the service back,
-    and each dlqId is recovered once."""
-    rules = RESUME_ALL.replace("maxSize: 10", "maxSize: 5")
-    async with harness(tmp_path, rules, tuning=LONG_BACKOFF, FETCH="needed") as h:
+    wait backoffs of 5 to 10 minutes. Three batches: three failed calls (each made once,
+    a call that may have reached the service is checked, not repeated) open no circuit.
+    The checks' first reads probe within a probe interval, find the service back, and
+    each dlqId is recovered once."""
+    async with harness(tmp_path, RESUME_ALL, tuning=LONG_BACKOFF, FETCH="needed") as h:
         dlq_ids = await h.seed(workflows(30))
         (await h.control.post("/_emulator/outage", json={"mode": "503"})).raise_for_status()
         await h.send_callbacks(dlq_ids)
