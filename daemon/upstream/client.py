@@ -413,6 +413,9 @@ class ServiceClient:
                         operation, request, read, auth, used, attempt,
                         latest=credentials is None, fence=fence,
                     )  # fmt: skip
+                except _HeldBack:
+                    attempt -= 1  # never sent: it waits at the holder's gate again
+                    continue
                 except ServiceError as exc:
                     error = exc
             if not surely_not_carried_out(error):
@@ -459,16 +462,22 @@ class ServiceClient:
         if breaker.retry_at() is not None:  # held back: not even a place in the limiter
             raise breaker.refusal()
         slot = await self.limiter.acquire()
+        # Asked before the breaker, so that a call not sent takes no probe's place (an
+        # abandoned probe would show the circuit open again).
+        if fence is not None and not fence():
+            self.limiter.unanswered(slot, sent=False)
+            raise Fenced("not sent: the caller's fence holds it back", operation=operation)
+        if latest and self._credentials.holding_back:
+            # A lockout or a rotation began while this call waited for its place: sent
+            # now it would carry a token the service refuses (or is about to).
+            self.limiter.unanswered(slot, sent=False)
+            raise _HeldBack
         # Asked again: the breaker may have opened, or given the probe to another
         # caller, while this one waited for its place.
         ticket = breaker.admit()
         if ticket is None:
             self.limiter.unanswered(slot, sent=False)
             raise breaker.refusal()
-        if fence is not None and not fence():
-            self.limiter.unanswered(slot, sent=False)
-            breaker.abandon(ticket)
-            raise Fenced("not sent: the caller's fence holds it back", operation=operation)
         authorization = _authorization(auth, self._credentials.current if latest else credentials)
         try:
             result = await self._exchange(operation, request, read, authorization, slot, attempt)
@@ -564,6 +573,11 @@ class ServiceClient:
                 seconds=seconds,
             )
         )
+
+
+class _HeldBack(Exception):
+    """An attempt the holder's gate closed on while it waited for the limiter: not sent,
+    it waits at the gate again (ServiceClient._call)."""
 
 
 def _outcome(last: ServiceError, uncertain: ServiceError | None) -> ServiceError:

@@ -54,6 +54,11 @@ class CredentialsHolder:
     def locked_out(self) -> bool:
         return self._locked_out
 
+    @property
+    def holding_back(self) -> bool:
+        """Whether a rotation or a lockout holds new calls back now."""
+        return not self._open.is_set()
+
     def replace(self, credentials: Credentials) -> None:
         self._current = credentials
 

@@ -208,7 +208,9 @@ async def test_a_token_reset_elsewhere_locks_out_after_the_first_refusal(tmp_pat
         refused = len(await h.journal())
         await asyncio.sleep(0.5)
         journal = await h.journal()
-        assert len(journal) == refused  # nothing more once locked out
+        assert len(journal) == refused, [
+            (c["path"], c["status"], c.get("at")) for c in journal
+        ]  # nothing more once locked out
         assert {call["status"] for call in journal[1:]} == {401}
         assert (await h.status())["states"]["received"] == 30
 
