@@ -523,20 +523,18 @@ class Batcher:
         `attempt` (at once for 0) and again, each time after a longer one, while the
         service cannot answer. None when the batcher stops meanwhile."""
         final_rounds = 0
-        first = True
+        # A batch makes one call, never repeated once it may have reached the service, so
+        # a few failed calls open no circuit whose closing would end this wait: the first
+        # round's reads are the probe, as soon as an open circuit would have made one.
+        delay = 0.0
+        if attempt:
+            delay = backoff(attempt, self._retry_base, self._retry_cap, self._rand)
+            delay = min(delay, self._client.breakers.probe_interval)
         while True:
-            if attempt:
-                delay = backoff(attempt, self._retry_base, self._retry_cap, self._rand)
-                if first:
-                    # A batch makes one call, never repeated once it may have reached the
-                    # service, so a few failed calls open no circuit whose closing would
-                    # end this wait: the first round's reads are the probe, as soon as an
-                    # open circuit would have made one.
-                    delay = min(delay, self._client.breakers.probe_interval)
-                # Only the reads' circuit: the bulk call's is probed by the next send.
-                await self._pause(delay, "get_dlq_message")
-            first = False
+            # Only the reads' circuit: the bulk call's is probed by the next send.
+            await self._pause(delay, "get_dlq_message")
             attempt += 1
+            delay = backoff(attempt, self._retry_base, self._retry_cap, self._rand)
             if not await self._service_answers("get_dlq_message"):
                 self._batches.discard(record.id)
                 return None

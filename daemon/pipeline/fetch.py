@@ -306,6 +306,6 @@ class Fetcher:
             reason=reason,
             retry_at=self._wall_clock() + delay,
             refused=refused,
-            waits_for_service=not is_final_for(error),
+            waits_for_service=not refused,
             calls=calls,
         )
