@@ -14,7 +14,7 @@ import pytest
 from daemon.emulator import EmulatorConfig, create_app
 from daemon.serving import serve_in_thread
 from daemon.upstream import Credentials, CredentialsHolder, ServiceClient
-from tests import postgres
+from tests import postgres, system_tools
 from tests.support import (
     FAST_RETRY,
     PASSWORD,
@@ -77,11 +77,9 @@ async def recoveryd(tmp_path: Path) -> AsyncIterator[Recoveryd]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """A PostgreSQL server for this worker's tests (tests/postgres.py): a superuser's URL.
-    Skipped, with the reason, where there is none; in CI (`CI` set) that fails instead."""
-    if reason := postgres.unavailable():
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    Skipped, with the reason, where there is none (failed under CI)."""
+    if not os.environ.get(postgres.ENVIRONMENT):
+        system_tools.require("postgres", otherwise=f"or set {postgres.ENVIRONMENT}")
     with postgres.cluster() as url:
         yield url
 
@@ -91,6 +89,15 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
     """An empty database of this test's own on the server."""
     with postgres.fresh_database(postgres_server) as url:
         yield url
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `needs(...)` is skipped, naming the Debian packages, where one of
+    its programs is missing (fails under CI): tests/system_tools.py."""
+    system_tools.require(
+        *(program for marker in item.iter_markers("needs") for program in marker.args)
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

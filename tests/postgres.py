@@ -14,7 +14,6 @@ stops and starts the server takes one of its own (`own_cluster`).
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import pwd
 import shutil
@@ -28,25 +27,16 @@ from pathlib import Path
 
 import psycopg
 
+from tests import system_tools
+
 ENVIRONMENT = "RECOVERYD_TEST_POSTGRES"
 USER = "recoveryd"
 
 
 def binaries() -> Path | None:
     """The newest PostgreSQL server's bin directory on this machine, if any."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=_major)
-    return Path(found[-1]).parent if found else None
-
-
-def _major(path: str) -> int:
-    return int(Path(path).parent.parent.name)
-
-
-def unavailable() -> str | None:
-    """Why no PostgreSQL server can be had here, or None."""
-    if os.environ.get(ENVIRONMENT) or binaries() is not None:
-        return None
-    return f"no PostgreSQL server: install Debian's `postgresql` package or set {ENVIRONMENT}"
+    server = system_tools.find("postgres")
+    return Path(server).parent if server else None
 
 
 def _free_port() -> int:
@@ -111,7 +101,7 @@ def own_cluster(*, crash_safe: bool = True, durable: bool = False) -> Iterator[C
     synchronous=FULL."""
     bin_dir = binaries()
     if bin_dir is None:
-        raise RuntimeError(unavailable())
+        raise RuntimeError("no PostgreSQL server here: install Debian's `postgresql` package")
     prefix, uid, gid = _as_server_user()
     base = Path(tempfile.mkdtemp(prefix="recoveryd-pg-"))
     sockets = base / "run"

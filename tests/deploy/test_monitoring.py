@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from daemon.emulator import create_app
 from daemon.metrics import Metrics
 from daemon.serving import serve_in_thread
+from tests import system_tools
 from tests.account.support import rotation_settings, send_callbacks, status
 from tests.pipeline.support import FINAL, RESUME_ALL
 from tests.processes import Served, free_port, serving, stop
@@ -55,19 +55,6 @@ QUIET = {
     "RecoverydRulesReloadFailing",
 }
 WORK = 30  # workflow dlqIds to recover, a batch of them refused for good
-
-
-def tool(name: str) -> str:
-    """The path of a Prometheus binary; fails the test (never skips) when it is missing."""
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(
-            f"{name} is not on PATH: the monitoring tests run the real Prometheus server and "
-            "promtool. Install them with `apt-get install --no-install-recommends "
-            "prometheus` (Debian's package has both; .ci/run does this), or put the "
-            "binaries of a release from https://prometheus.io/download/ on PATH."
-        )
-    return path
 
 
 def alert_names() -> list[str]:
@@ -116,14 +103,18 @@ def exported_metrics() -> set[str]:
 # -- the files as files -------------------------------------------------------------------
 
 
+@pytest.mark.needs("promtool")
 def test_promtool_accepts_the_alert_rules() -> None:
     checked = subprocess.run(
-        [tool("promtool"), "check", "rules", str(ALERTS)], capture_output=True, text=True
+        [system_tools.path("promtool"), "check", "rules", str(ALERTS)],
+        capture_output=True,
+        text=True,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"SUCCESS: {len(alert_names())} rules found" in checked.stdout
 
 
+@pytest.mark.needs("promtool")
 def test_each_alert_fires_on_its_failure_and_not_on_a_healthy_daemon() -> None:
     """promtool's unit tests pass, and they show every alert of the file both firing and
     quiet (each group of alerts_test.yaml also holds healthy targets that must not fire)."""
@@ -133,7 +124,9 @@ def test_each_alert_fires_on_its_failure_and_not_on_a_healthy_daemon() -> None:
     quiet = {check["alertname"] for check in evaluations if not check["exp_alerts"]}
     assert fired == quiet == set(alert_names())
     ran = subprocess.run(
-        [tool("promtool"), "test", "rules", str(ALERT_TESTS)], capture_output=True, text=True
+        [system_tools.path("promtool"), "test", "rules", str(ALERT_TESTS)],
+        capture_output=True,
+        text=True,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
@@ -183,7 +176,7 @@ def scrape_config(target: str) -> dict[str, Any]:
 def prometheus(tmp_path: Path, target: str) -> Iterator[httpx.Client]:
     """A Prometheus server on a free loopback port scraping `target` every second, with
     the chart's alert rules; a client for its HTTP API. Stopped at the end, always."""
-    binary = tool("prometheus")
+    binary = system_tools.path("prometheus")
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(scrape_config(target)))
     for attempt in range(3):  # a port found free may be taken before Prometheus binds it
@@ -271,6 +264,7 @@ def recover_with_trouble(served: Served, control: httpx.Client) -> None:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.needs("prometheus")
 def test_every_dashboard_query_and_alert_rule_works_on_a_live_daemon(tmp_path: Path) -> None:
     resume_all = tmp_path / "rules.yaml"
     resume_all.write_text(RESUME_ALL)

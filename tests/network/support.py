@@ -10,7 +10,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -19,6 +18,7 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
+from tests import system_tools
 from tests.network.nodes import DAEMON_IP, PREFIX_LENGTH, SERVICE_IP
 
 # The veth's ends, named inside their own namespaces (so never in the host's).
@@ -130,8 +130,6 @@ def namespaces_refused() -> str | None:
     """Why this machine cannot make the tests' namespaces, or None when it can."""
     if os.geteuid() != 0:
         return f"network namespaces need root (CAP_NET_ADMIN); running as uid {os.geteuid()}"
-    if shutil.which("ip") is None:
-        return "`ip` is not installed (the Debian package iproute2)"
     try:
         with namespace_pair():
             pass
@@ -153,8 +151,8 @@ def probe_kernel() -> Kernel:
                 "nftables cannot drop or reset packets at random here",
                 lambda: _probe_nft(pair),
             )
-            if shutil.which("nft")
-            else "nft is not installed (the Debian package nftables)",
+            if system_tools.find("nft")
+            else "`nft` not found",
         )
 
 
@@ -209,7 +207,7 @@ def link_counters(pair: Pair) -> LinkCounters:
 
 
 def _rule_hits(pair: Pair) -> int:
-    if shutil.which("nft") is None:
+    if system_tools.find("nft") is None:
         return 0
     try:
         listed = pair.run(pair.service, "nft", "-j", "list", "table", "inet", NFT_TABLE)
@@ -254,6 +252,7 @@ class Impairment:
     applied: Callable[[Pair], contextlib.AbstractContextManager[None]]
     shows: str
     shown: Callable[[Seen], bool]
+    programs: tuple[str, ...] = ()  # beyond `ip` and `tc`, which every test runs
 
     def refused(self, kernel: Kernel) -> str | None:
         return next((why for need in self.needs if (why := getattr(kernel, need))), None)
@@ -348,12 +347,14 @@ IMPAIRMENTS: dict[str, Impairment] = {
         lambda pair: _nft(pair, *NFT_LOSS),
         "the rules dropped packets of the two sides'",
         lambda seen: seen.link.rule_hits > 0,
+        programs=("nft",),
     ),
     "resets": Impairment(
         ("nft",),
         lambda pair: _nft(pair, *NFT_RESETS),
         "the rules reset connections and some of the daemon's calls got no answer",
         lambda seen: seen.link.rule_hits > 0 and seen.upstream_unanswered > 0,
+        programs=("nft",),
     ),
     "partition": Impairment(
         (),

@@ -49,11 +49,14 @@ BULK_LATENCY = 0.3  # seconds the service holds each bulk call before it acts
 NO_ANSWER = ("timeout", "connection", "transport")  # recoveryd_upstream_calls_total statuses
 ROOT = Path(__file__).parents[2]
 
+pytestmark = pytest.mark.needs("ip", "tc")
+
 
 @pytest.fixture(scope="module")
 def kernel() -> Kernel:
     """What this machine can do to a link; the whole module is skipped, with the reason,
-    where it cannot make network namespaces."""
+    where it cannot make network namespaces (not root, or a kernel that refuses: no
+    package gives that, so even under CI)."""
     refused = namespaces_refused()
     if refused is not None:
         pytest.skip(refused)
@@ -202,7 +205,11 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name", list(IMPAIRMENTS))
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=pytest.mark.needs(*impairment.programs))
+     for name, impairment in IMPAIRMENTS.items()],
+)  # fmt: skip
 def test_every_accepted_callback_ends_final_and_is_recovered_once(
     name: str, kernel: Kernel, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from daemon.store import Store, StoreUnavailable
 from daemon.store.postgres.schema import MIGRATIONS
 from daemon.store.records import Outcome, State
 from daemon.urls import without_credentials
-from tests import postgres
+from tests import postgres, system_tools
 from tests.store.support import (
     ACTION,
     COUNTED,
@@ -227,8 +227,7 @@ async def test_a_write_held_up_by_a_lock_is_refused_in_time_and_stored_once_afte
 @pytest.fixture
 def own_server() -> Iterator[postgres.Cluster]:
     """A server of this test's own, to stop and start (the shared one serves others)."""
-    if postgres.binaries() is None:
-        pytest.skip("no PostgreSQL binaries to start a server of the test's own")
+    system_tools.require("postgres")
     with postgres.own_cluster() as server:
         yield server
 
