@@ -260,3 +260,22 @@ def test_ci_runs_the_readme_commands() -> None:
         if not command.startswith("recoveryd dev"):
             assert command in ci, f"CI does not run {command!r}"
     assert "recoveryd dev --duration 10s" in ci
+
+
+# How a sentence says a feature is missing: "no X yet", "not yet X", "without X yet".
+ABSENT = (
+    r"\bno ([\w .-]+?) yet\b",
+    r"\bnot yet (?:an? |the )?([\w .-]+?)[,.;:)]",
+    r"\bwithout ([\w .-]+?) yet\b",
+)
+
+
+def test_the_readme_status_names_nothing_missing_that_the_changelog_added() -> None:
+    """The README's status says missing no feature that a CHANGELOG Added entry names."""
+    status = re.search(r"^\*\*Status\.\*\*(.*?)\n\n", text(ROOT / "README.md"), re.M | re.S)
+    assert status is not None
+    said = " ".join(status[1].split())
+    changelog = text(ROOT / "CHANGELOG.md")
+    added = " ".join(re.findall(r"^### Added\n(.*?)(?=^##)", changelog, re.M | re.S)).lower()
+    missing = [found for pattern in ABSENT for found in re.findall(pattern, said, re.I)]
+    assert [found for found in missing if found.lower() in " ".join(added.split())] == []
