@@ -1002,8 +1002,7 @@ def test_rendered_rules_pass_recoveryd_check(render: Render, tmp_path: Path) -> 
 
 
 def test_default_rules_record_and_call_nothing(render: Render) -> None:
-    """Without `rules`, every dead letter is recorded (ignore) and nothing is called: no
-    rule recovers, removes or notifies, and no sweep runs."""
+    """Without `rules` nothing is called: the one rule ignores (records), and no sweep runs."""
     default = parse_rules(rules_of(render(REQUIRED)))
     assert [rule.spec.action for rule in default.rules] == ["ignore"]
     assert default.sweeps == ()
@@ -1292,8 +1291,7 @@ TLS = [{"secretName": "recoveryd-tls", "hosts": ["recoveryd.example.com"]}]
 def test_notes_give_the_signed_url_and_warn_when_the_ingress_serves_another(
     chart: helm.Chart, public_url: str, ingress: dict[str, Any], served: bool
 ) -> None:
-    """The NOTES' callback URL is config.publicUrl, the URL signatures are checked
-    against; they warn when the ingress does not serve it (scheme, host, port or path)."""
+    """The NOTES' callback URL is config.publicUrl, and they warn if the ingress serves another."""
     values = merged(
         REQUIRED, {"config": {"publicUrl": public_url}, "ingress": {"enabled": True, **ingress}}
     )
@@ -1401,9 +1399,7 @@ def test_the_readme_install_command_deploys_the_repository_rules(
 def test_the_readme_install_command_points_callbacks_at_the_signed_url(
     chart: helm.Chart, install: Install
 ) -> None:
-    """The callback URL the NOTES of the docs' `helm install` print is the URL signatures
-    are checked against (RECOVERYD_PUBLIC_URL) and, with an ingress, the URL it serves;
-    and the NOTES warn of nothing."""
+    """The docs' `helm install` NOTES point callbacks at RECOVERYD_PUBLIC_URL, served, unwarned."""
     rendered = chart.render(
         install.values, name=install.name, namespace=install.namespace, is_install=True
     )
