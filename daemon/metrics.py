@@ -249,7 +249,7 @@ class Metrics:
         self.token_lockout = Gauge(
             "recoveryd_token_lockout",
             "1 while the service refuses the token in hand and no other is known: no calls "
-            "are made until a token that works is put in the credentials file.",
+            "are made until a token that works is given (`recoveryd set-token`).",
             registry=registry,
         )
         # One family a unit (see ACCOUNT_LIMITS), so a sum or a comparison never mixes them.

@@ -25,6 +25,8 @@ PAGES = sorted(
         ROOT / "README.md",
         ROOT / "CONTRIBUTING.md",
         ROOT / "examples" / "README.md",
+        ROOT / "bench" / "README.md",
+        ROOT / "helm" / "recoveryd" / "README.md",
         *DOCS.glob("*.md"),
     ]
 )
@@ -260,3 +262,35 @@ def test_ci_runs_the_readme_commands() -> None:
         if not command.startswith("recoveryd dev"):
             assert command in ci, f"CI does not run {command!r}"
     assert "recoveryd dev --duration 10s" in ci
+
+
+# How a sentence says a feature is missing: "no X yet", "not yet X", "without X yet".
+ABSENT = (
+    r"\bno ([\w .-]+?) yet\b",
+    r"\bnot yet (?:an? |the )?([\w .-]+?)[,.;:)]",
+    r"\bwithout ([\w .-]+?) yet\b",
+)
+
+
+def test_the_readme_status_names_nothing_missing_that_the_changelog_added() -> None:
+    """The README's status says missing no feature that a CHANGELOG Added entry names."""
+    status = re.search(r"^\*\*Status\.\*\*(.*?)\n\n", text(ROOT / "README.md"), re.M | re.S)
+    assert status is not None
+    said = " ".join(status[1].split())
+    changelog = text(ROOT / "CHANGELOG.md")
+    added = " ".join(re.findall(r"^### Added\n(.*?)(?=^##)", changelog, re.M | re.S)).lower()
+    missing = [found for pattern in ABSENT for found in re.findall(pattern, said, re.I)]
+    assert [found for found in missing if found.lower() in " ".join(added.split())] == []
+
+
+def test_the_readme_layout_names_every_module_and_package() -> None:
+    """Each module and package directly under daemon/ has its place in the README's Layout."""
+    layout = section(text(ROOT / "README.md"), "## Layout")
+    named = set(re.findall(r"`(daemon/[\w.]+)/?`", layout))
+    here = {
+        f"daemon/{path.name}"
+        for path in (ROOT / "daemon").iterdir()
+        if (path.suffix == ".py" and not path.name.startswith("__"))
+        or (path / "__init__.py").exists()
+    }
+    assert sorted(here - named) == []

@@ -9,19 +9,21 @@ import copy
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
 
+from daemon.rules import parse_rules
 from daemon.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -309,11 +311,6 @@ def test_chart_metadata_follows_the_project(chart: helm.Chart) -> None:
     assert (meta["apiVersion"], meta["name"], meta["type"]) == ("v2", "recoveryd", "application")
     assert meta["version"] == "0.1.0"
     assert meta["appVersion"] == project["version"]
-
-
-def test_default_rules_are_the_repository_rules(chart: helm.Chart) -> None:
-    """values.yaml's `rules` is the repository's rules.yaml, byte for byte."""
-    assert chart.values["rules"] == (ROOT / "rules.yaml").read_text()
 
 
 @pytest.mark.parametrize("value_set", VALUE_SETS)
@@ -1004,6 +1001,13 @@ def test_rendered_rules_pass_recoveryd_check(render: Render, tmp_path: Path) -> 
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def test_default_rules_record_and_call_nothing(render: Render) -> None:
+    """Without `rules` nothing is called: the one rule ignores (records), and no sweep runs."""
+    default = parse_rules(rules_of(render(REQUIRED)))
+    assert [rule.spec.action for rule in default.rules] == ["ignore"]
+    assert default.sweeps == ()
+
+
 def test_rules_checksum_is_the_rules_files_sha256(render: Render) -> None:
     """checksum/rules is the mounted file's sha256, the one /api/v1/status reports."""
     manifests = render(REQUIRED)
@@ -1241,32 +1245,168 @@ def test_notes_warn_about_what_is_unsafe(
     assert found == warnings
 
 
-def readme_install_values() -> dict[str, Any]:
-    """The values the README's `helm install` gives with `--set`, read as Helm reads them
-    (`true`/`false` are booleans; `name[0]` is a list's first item)."""
-    readme = (ROOT / "README.md").read_text()
-    command = readme.split("helm install recoveryd ./helm/recoveryd", 1)[1].split("```", 1)[0]
-    values: dict[str, Any] = {}
-    for flag in re.findall(r"--set\s+'?([^'\s]+)'?", command):
-        path, text = flag.split("=", 1)
-        value: Any = {"true": True, "false": False}.get(text, text)
-        *parents, leaf = path.split(".")
-        node = values
-        for key in parents:
-            node = node.setdefault(key, {})
-        if (listed := re.fullmatch(r"(\w+)\[0\]", leaf)) is not None:
-            node[listed[1]] = [value]
+PUBLIC_URL = "https://recoveryd.example.com/callbacks"
+TLS = [{"secretName": "recoveryd-tls", "hosts": ["recoveryd.example.com"]}]
+
+
+@pytest.mark.parametrize(
+    ("public_url", "ingress", "served"),
+    [
+        (PUBLIC_URL, {"hosts": ["recoveryd.example.com"], "tls": TLS}, True),
+        (PUBLIC_URL, {"hosts": ["recoveryd.example.com"]}, False),  # http only
+        ("http://recoveryd.example.com/callbacks", {"hosts": ["recoveryd.example.com"]}, True),
+        (
+            "http://recoveryd.example.com/callbacks",
+            {"hosts": ["recoveryd.example.com"], "tls": TLS},
+            False,
+        ),
+        (PUBLIC_URL, {"hosts": ["other.example.com"], "tls": [{"secretName": "t"}]}, False),
+        (
+            "https://recoveryd.example.com/hooks",
+            {"hosts": ["recoveryd.example.com"], "tls": TLS},
+            False,
+        ),
+        (
+            "https://recoveryd.example.com:443/callbacks",
+            {"hosts": ["recoveryd.example.com"], "tls": TLS},
+            True,
+        ),
+        (
+            "https://recoveryd.example.com:8443/callbacks",
+            {"hosts": ["recoveryd.example.com"], "tls": TLS},
+            False,
+        ),
+        (
+            PUBLIC_URL,
+            {"hosts": ["*.example.com"], "tls": [{"secretName": "t", "hosts": ["*.example.com"]}]},
+            True,
+        ),
+        (
+            "https://a.recoveryd.example.com/callbacks",
+            {"hosts": ["*.example.com"], "tls": [{"secretName": "t"}]},
+            False,
+        ),
+    ],
+)
+def test_notes_give_the_signed_url_and_warn_when_the_ingress_serves_another(
+    chart: helm.Chart, public_url: str, ingress: dict[str, Any], served: bool
+) -> None:
+    """The NOTES' callback URL is config.publicUrl, and they warn if the ingress serves another."""
+    values = merged(
+        REQUIRED, {"config": {"publicUrl": public_url}, "ingress": {"enabled": True, **ingress}}
+    )
+    notes = chart.render(values, name=RELEASE, namespace=NAMESPACE)["recoveryd/templates/NOTES.txt"]
+    assert callback_urls(notes) == [public_url]
+    warned = "WARNING: config.publicUrl is not a URL the ingress serves" in notes
+    assert warned is not served
+
+
+# Each flag of `helm install` the docs' commands may use, and how it reads its argument:
+# Helm's own parsers, applied in Helm's order (values files, then --set, --set-string,
+# --set-file, each kind in the order given).
+SET_FLAGS = {
+    "--set": helm.parse_set_string,
+    "--set-string": helm.parse_set_string_values,
+    "--set-file": helm.parse_set_file,
+}
+PLAIN_FLAGS = {"--create-namespace"}  # flags with no argument and no effect on the values
+
+
+def install_command(page: Path) -> list[str]:
+    """The words of the page's `helm install` command, as a shell splits them."""
+    text = page.read_text().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith("helm install ")]
+    return shlex.split(line)
+
+
+class Install(NamedTuple):
+    values: dict[str, Any]
+    name: str
+    namespace: str
+
+
+def install_values(words: list[str]) -> Install:
+    """What `helm install` makes of `words`: the values, as Helm reads them (`--set-file`
+    paths from the working directory), the release's name and namespace. A flag this does
+    not know fails."""
+    files: list[str] = []
+    sets: dict[str, list[str]] = {flag: [] for flag in SET_FLAGS}
+    namespace = "default"
+    arguments = iter(words[4:])  # after `helm install NAME CHART`
+    for flag in arguments:
+        if flag in ("-f", "--values"):
+            files.append(next(arguments))
+        elif flag in SET_FLAGS:
+            sets[flag].append(next(arguments))
+        elif flag in ("-n", "--namespace"):
+            namespace = next(arguments)
         else:
-            node[leaf] = value
-    return values
+            assert flag in PLAIN_FLAGS, f"the test does not read {flag}"
+    values: dict[str, Any] = {}
+    for path in files:
+        values = merged(values, helm.values_from_yaml(Path(path).read_text()))
+    for flag, parse in SET_FLAGS.items():
+        if sets[flag]:
+            values = merged(values, parse(",".join(sets[flag])))
+    return Install(values, words[2], namespace)
 
 
-def test_the_readme_install_command_renders_valid_manifests(render: Render) -> None:
-    """What a newcomer copies from the README renders, and every object is valid."""
-    values = readme_install_values()
-    assert values["secrets"] == {"existingSecret": "recoveryd"}
-    manifests = render(values)
-    assert {"Deployment", "Ingress", "ServiceMonitor", "PrometheusRule"} <= set(kinds(manifests))
-    for manifest in manifests:
+def callback_urls(notes: str) -> list[str]:
+    """The URLs the NOTES tell users to point their failure callbacks at."""
+    found = re.search(r"-Failure-Callback\) at\n\n?((?:  \S+://\S+\n)+)", notes)
+    assert found is not None, notes
+    return found[1].split()
+
+
+def ingress_urls(manifests: list[Manifest]) -> list[str]:
+    """The callback URLs the rendered Ingress serves: https for a host its TLS covers."""
+    spec = only(manifests, "Ingress")["spec"]
+    secured = {host for tls in spec.get("tls", []) for host in tls.get("hosts", [])}
+    return [
+        f"{'https' if rule['host'] in secured else 'http'}://{rule['host']}{path['path']}"
+        for rule in spec["rules"]
+        for path in rule["http"]["paths"]
+    ]
+
+
+INSTALL_PAGES = [ROOT / "README.md", CHART / "README.md"]
+
+
+@pytest.fixture(params=INSTALL_PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def install(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Install:
+    """The values and namespace of a page's `helm install`, run from the repository's
+    root as its `./helm/recoveryd` says."""
+    monkeypatch.chdir(ROOT)
+    return install_values(install_command(request.param))
+
+
+def test_the_readme_install_command_renders_valid_manifests(
+    render: Render, install: Install
+) -> None:
+    """What a newcomer copies from the docs renders, and every object is valid."""
+    for manifest in render(install.values):
         if manifest["kind"] not in CUSTOM_RESOURCES:
             kubernetes_validate.validate(manifest, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def test_the_readme_install_command_deploys_the_repository_rules(
+    render: Render, install: Install
+) -> None:
+    """The docs' `helm install` passes the rules file, not the chart's default."""
+    assert rules_of(render(install.values)) == (ROOT / "rules.yaml").read_text()
+
+
+def test_the_readme_install_command_points_callbacks_at_the_signed_url(
+    chart: helm.Chart, install: Install
+) -> None:
+    """The docs' `helm install` NOTES point callbacks at RECOVERYD_PUBLIC_URL, served, unwarned."""
+    rendered = chart.render(
+        install.values, name=install.name, namespace=install.namespace, is_install=True
+    )
+    manifests = manifests_of(rendered)
+    notes = rendered["recoveryd/templates/NOTES.txt"]
+    public_url = env_of(manifests)["RECOVERYD_PUBLIC_URL"]["value"]
+    assert callback_urls(notes) == [public_url]
+    if install.values.get("ingress", {}).get("enabled"):
+        assert ingress_urls(manifests) == [public_url]
+    assert "WARNING" not in notes

@@ -88,6 +88,47 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "recoveryd.secretName" .) .Values.store.postgres.existingSecret }}
 {{- end }}
 
+{{/* A host name of ingress.hosts or ingress.tls as a regular expression: `*` is one label. */}}
+{{- define "recoveryd.hostPattern" -}}
+{{- . | replace "." "\\." | replace "*" "[^./:]+" }}
+{{- end }}
+
+{{/*
+The callback URLs the Ingress serves, one a line: https for a host that ingress.tls covers
+(an entry without hosts covers every host), http for the others.
+*/}}
+{{- define "recoveryd.ingressUrls" -}}
+{{- range $host := .Values.ingress.hosts }}
+{{- $secured := false }}
+{{- range $.Values.ingress.tls }}
+{{- if not .hosts }}{{ $secured = true }}{{ end }}
+{{- range .hosts }}
+{{- if regexMatch (printf "^%s$" (include "recoveryd.hostPattern" .)) $host }}{{ $secured = true }}{{ end }}
+{{- end }}
+{{- end }}
+{{ ternary "https" "http" $secured }}://{{ $host }}/callbacks
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when config.publicUrl is a URL the Ingress serves (ingressUrls, a wildcard host
+standing for any one label, the scheme's default port allowed), empty otherwise.
+*/}}
+{{- define "recoveryd.ingressServesPublicUrl" -}}
+{{- $public := .Values.config.publicUrl }}
+{{- range splitList "\n" (include "recoveryd.ingressUrls" . | trim) }}
+{{- $scheme := splitList "://" . | first }}
+{{- $host := splitList "/" (splitList "://" . | last) | first }}
+{{- $port := ternary "443" "80" (eq $scheme "https") }}
+{{- if regexMatch (printf "^%s://%s(:%s)?/callbacks$" $scheme (include "recoveryd.hostPattern" $host) $port) $public }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The rules file: the `rules` value, else the chart's record-only default. */}}
+{{- define "recoveryd.rules" -}}
+{{- .Values.rules | default (.Files.Get "files/default-rules.yaml") }}
+{{- end }}
+
 {{/* The PVC of the state volume: the existing one, or the chart's. */}}
 {{- define "recoveryd.claimName" -}}
 {{- default (printf "%s-state" (include "recoveryd.fullname" .)) .Values.persistence.existingClaim }}
