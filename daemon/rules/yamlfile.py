@@ -7,8 +7,8 @@ the parsed document is kept beside them only to turn a path into a line and a co
 
 from __future__ import annotations
 
-import difflib
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
+
+from daemon.words import did_you_mean
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -248,10 +250,11 @@ def yaml_path(loc: Loc) -> str:
     return text or "<document>"
 
 
-def unknown_key(key: object, known_keys: Iterable[str]) -> str:
-    guess = difflib.get_close_matches(str(key), list(known_keys), n=1)
-    hint = f"; did you mean {guess[0]!r}?" if guess else ""
-    return f"unknown key {key!r}{hint}"
+def unknown_key(key: object, known_keys: Iterable[str], otherwise: str = "") -> str:
+    """`unknown key 'x'; did you mean 'y'?`, or `otherwise` after the `;` when no key is
+    near."""
+    hint = did_you_mean(key, known_keys) or otherwise
+    return f"unknown key {key!r}" + (f"; {hint}" if hint else "")
 
 
 def shown(value: Any) -> str:
@@ -320,6 +323,10 @@ _WORDS = {
 }
 
 
+# The values in pydantic's `'resume', 'restart' or 'ignore'`.
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+
+
 def _message(kind: str, item: Any) -> str:
     context = item.get("ctx") or {}
     value = item.get("input")
@@ -330,7 +337,8 @@ def _message(kind: str, item: Any) -> str:
     if kind == "literal_error":
         expected = context["expected"]
         words = f"one of {expected}" if " or " in expected else expected
-        return f"must be {words}; got {shown(value)}"
+        hint = did_you_mean(value, _QUOTED.findall(expected)) if isinstance(value, str) else ""
+        return f"must be {words}; got {shown(value)}" + (f"; {hint}" if hint else "")
     for bound, words in (("ge", "at least"), ("gt", "more than"), ("le", "at most")):
         if bound in context:
             return f"must be {words} {context[bound]}; got {shown(value)}"

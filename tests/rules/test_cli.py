@@ -442,7 +442,8 @@ def test_test_reports_a_message_no_rule_matches_as_none(tmp_path: Path) -> None:
 
 
 def test_test_refuses_a_tests_file_expecting_a_rule_that_does_not_exist(tmp_path: Path) -> None:
-    """Expecting a rule no rule is named is a typo, refused at its line before any test runs."""
+    """Expecting a rule no rule is named is a typo, refused at its line with the nearest
+    name before any test runs."""
     rules = write(tmp_path / "rules.yaml", TWO_RULES)
     tests = write(
         tmp_path / "tests.yaml",
@@ -451,7 +452,8 @@ def test_test_refuses_a_tests_file_expecting_a_rule_that_does_not_exist(tmp_path
     result = invoke("test", rules, tests)
     assert result.exit_code == 1
     assert result.stderr == (
-        f"{tests}:7:20: tests[1].expect.rule: no rule is named 'ignore-canary' in {rules}\n"
+        f"{tests}:7:20: tests[1].expect.rule: no rule is named 'ignore-canary' in {rules}; "
+        "did you mean 'ignore-canaries'?\n"
     )
     assert result.stdout == ""
 

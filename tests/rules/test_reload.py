@@ -102,7 +102,7 @@ async def test_an_invalid_file_is_refused_and_the_old_rules_keep_deciding(
         assert response.status_code == 400
         assert response.json()["problems"] == [
             f"{rules}:5:13: rules[0].action: must be one of 'resume', 'restart', "
-            "'remove-endpoint', 'notify' or 'ignore'; got 'restrat'"
+            "'remove-endpoint', 'notify' or 'ignore'; got 'restrat'; did you mean 'restart'?"
         ]
         assert recoveryd.metric("recoveryd_rules_last_reload_successful") == 0
         assert recoveryd.metric("recoveryd_rules_reloads_total", result="failure") == 1
