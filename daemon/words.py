@@ -20,6 +20,13 @@ def did_you_mean(word: object, known: Iterable[str]) -> str:
     return f"did you mean {guess!r}?" if guess is not None else ""
 
 
+def unknown_key(key: object, known_keys: Iterable[str], otherwise: str = "") -> str:
+    """`unknown key 'x'; did you mean 'y'?`, or `otherwise` after the `;` when no key is
+    near: the one wording of a key that is not taken, wherever keys are checked."""
+    hint = did_you_mean(key, known_keys) or otherwise
+    return f"unknown key {key!r}" + (f"; {hint}" if hint else "")
+
+
 def either(words: Sequence[str]) -> str:
     """`a, b or c`."""
     return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]

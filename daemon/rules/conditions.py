@@ -15,7 +15,7 @@ from typing import Any
 
 from daemon.rules.fields import FIELDS, Kind
 from daemon.rules.yamlfile import Loc, Mistake, shown
-from daemon.words import did_you_mean, either
+from daemon.words import did_you_mean, either, unknown_key
 
 Facts = Mapping[str, Any]
 Predicate = Callable[[Facts], bool]
@@ -25,6 +25,7 @@ MISSING: Any = object()  # what a value test sees for a field the message lacks
 _NUMBER_TYPES = (int, float)
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP token (RFC 9110)
 _COMBINATORS = ("all", "any", "not")
+_MATCH_TAKES = "match takes the fields of a message (docs/rules.md lists them), all, any and not"
 
 OPERATORS: Mapping[Kind, tuple[str, ...]] = {
     Kind.TEXT: ("equals", "in", "notIn", "prefix", "suffix", "contains", "regex", "exists"),
@@ -88,8 +89,8 @@ class _Compiler:
             elif key in FIELDS:
                 parts.append(self.field(key, value, here))
             else:
-                hint = did_you_mean(key, [*FIELDS, *_COMBINATORS]) or "docs/rules.md lists them"
-                parts.append(self.error(here, f"unknown field {key!r}; {hint}", at_key=True))
+                message = unknown_key(key, [*FIELDS, *_COMBINATORS], _MATCH_TAKES)
+                parts.append(self.error(here, message, at_key=True))
         return all_of(parts)
 
     def combination(self, key: str, spec: Any, loc: Loc) -> Predicate:

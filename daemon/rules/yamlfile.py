@@ -20,7 +20,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 
-from daemon.words import did_you_mean
+from daemon.words import did_you_mean, unknown_key
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -248,13 +248,6 @@ def yaml_path(loc: Loc) -> str:
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "<document>"
-
-
-def unknown_key(key: object, known_keys: Iterable[str], otherwise: str = "") -> str:
-    """`unknown key 'x'; did you mean 'y'?`, or `otherwise` after the `;` when no key is
-    near."""
-    hint = did_you_mean(key, known_keys) or otherwise
-    return f"unknown key {key!r}" + (f"; {hint}" if hint else "")
 
 
 def shown(value: Any) -> str:
