@@ -20,6 +20,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 
+from daemon.rules.yamlsyntax import explain
 from daemon.words import did_you_mean, unknown_key
 
 Loc = tuple[str | int, ...]
@@ -194,17 +195,10 @@ def _check_expansion(tree: Any, file: str, first_alias: Any) -> None:
 
 
 def _syntax_problem(file: str, error: MarkedYAMLError) -> Problem:
-    """Where the parser gave up, and what it was reading then (`while parsing a flow
-    mapping` that began at ...), in one message."""
-    mark = error.problem_mark or error.context_mark
+    """Where the parser gave up, or where what it gave up on began, in plain words."""
+    mark, sentence = explain(error)
     line, column = (mark.line, mark.column) if mark else (0, 0)
-    reason = error.problem or "not valid YAML"
-    context, started = error.context, error.context_mark
-    if context and started and error.problem_mark and started.line != line:
-        context += f" (from {started.line + 1}:{started.column + 1})"
-    if context:
-        reason = f"{context}, {reason}"
-    return Problem(file, line + 1, column + 1, "<document>", f"not valid YAML: {reason}")
+    return Problem(file, line + 1, column + 1, "<document>", f"not valid YAML: {sentence}")
 
 
 def plain(node: Any) -> Any:
