@@ -20,7 +20,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 
-from daemon.rules.yamlsyntax import explain
+from daemon.rules.yamlsyntax import Constructor, explain
 from daemon.words import did_you_mean, unknown_key
 
 Loc = tuple[str | int, ...]
@@ -120,6 +120,7 @@ def parse_document(text: str, file: str) -> Document:
     past MAX_VALUES values (the "billion laughs")."""
     _check_size(text.encode("utf-8"), file)
     yaml = YAML(typ="rt", pure=True)
+    yaml.Constructor = Constructor
     try:
         first_alias = _check_events(yaml.parse(text), file)
         tree = yaml.load(text)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError
 
 # The parser's names of the tokens it found, as a user would name them.
@@ -56,6 +57,25 @@ class Said:
 
 
 Reader = Callable[[re.Match[str], Said], tuple[Any, str]]
+
+
+_TAGGED = "while constructing a tagged value"
+
+
+class Constructor(RoundTripConstructor):
+    """ruamel's round-trip constructor, but a tagged value that is not of its tag
+    (`!!bool maybe`, `!!int five`) is a ConstructorError at that value: ruamel lets the
+    conversion's KeyError or ValueError out, with no position, and `recoveryd check` or
+    a reload ended in a traceback."""
+
+    def construct_non_recursive_object(self, node: Any, tag: str | None = None) -> Any:
+        try:
+            return super().construct_non_recursive_object(node, tag)
+        except (ValueError, KeyError, TypeError):
+            name = str(node.tag).replace("tag:yaml.org,2002:", "!!")
+            raise ConstructorError(
+                _TAGGED, None, f"{node.value!r} is not a {name}", node.start_mark
+            ) from None
 
 
 def explain(error: MarkedYAMLError) -> tuple[Any, str]:
@@ -211,6 +231,13 @@ _READERS: tuple[tuple[str, str, Reader], ...] = (
         r"expected a single document in the stream",
         r"but found another document",
         _words("a second document begins here: a rules file is one document"),
+    ),
+    (
+        _TAGGED,
+        r"(?P<value>.+) is not a (?P<tag>.+)",
+        _words(
+            "{value} is tagged {tag} but is not one: leave the tag out, or give a value of its kind"
+        ),
     ),
     (
         r"",
