@@ -1,4 +1,4 @@
-"""How messages name things: the known word a typo was meant as, and lists of words."""
+"""How messages name things: the known word a typo was meant as, lists, a count's noun."""
 
 from __future__ import annotations
 
@@ -30,3 +30,8 @@ def unknown_key(key: object, known_keys: Iterable[str], otherwise: str = "") -> 
 def either(words: Sequence[str]) -> str:
     """`a, b or c`."""
     return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 rule`, `2 rules`, `0 rules`."""
+    return f"{count} {noun if count == 1 else noun + 's'}"

@@ -213,6 +213,20 @@ def test_explain_of_a_message_no_rule_matches_says_so(tmp_path: Path) -> None:
     }
 
 
+def test_explain_of_a_removal_at_one_failure_counts_it_in_the_singular(tmp_path: Path) -> None:
+    """A remove-endpoint threshold of one failure is "after 1 failure", not "1 failures"."""
+    rules = write(
+        tmp_path / "rules.yaml",
+        "version: 1\nrules:\n  - name: prune\n    match: {responseStatus: 410}\n"
+        "    action: remove-endpoint\n    threshold: {failures: 1, within: 10m}\n"
+        "    keepLastEndpoint: false\n",
+    )
+    message = {"dlqId": "d1", "topicName": "orders", "url": "https://a", "responseStatus": 410}
+    result = invoke("explain", rules, write(tmp_path / "m.json", json.dumps(message)))
+    [step] = json.loads(result.stdout)["matched"]
+    assert step["when"] == "after 1 failure within 600s"
+
+
 def test_explain_with_header_prefix_upstash_reads_and_writes_upstash_headers(
     tmp_path: Path,
 ) -> None:
