@@ -31,8 +31,8 @@ from daemon.ingest.protocol import callback_protocol
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
 from daemon.leadership import Leadership
-from daemon.listener import ListenerLimits, limited_protocol
-from daemon.metrics import Metrics
+from daemon.listener import ListenerLimits, Refusal, limited_protocol
+from daemon.metrics import Listener, Metrics
 from daemon.notify.notifier import Notifier
 from daemon.pipeline import Pipeline, Tuning
 from daemon.pipeline.calls import observer
@@ -346,7 +346,7 @@ async def _notifying(
 
 
 def _limited(
-    listener: str,
+    listener: Listener,
     limits: ListenerLimits,
     metrics: Metrics,
     route: type[HttpToolsProtocol] = HttpToolsProtocol,
@@ -354,7 +354,7 @@ def _limited(
     """The listener's HTTP protocol, its refusals counted by reason."""
     refusals = metrics.listener_refusals
 
-    def refused(reason: str) -> None:
+    def refused(reason: Refusal) -> None:
         refusals.labels(listener, reason).inc()
 
     return limited_protocol(limits, listener, refused, route)

@@ -92,10 +92,17 @@ class _Throttle:
         return self._held.pop(reason, 0)
 
 
+# Why a connection was refused or closed: the reasons of recoveryd_listener_refusals_total.
+Refusal = Literal[
+    "header_too_large", "header_timeout", "body_timeout", "over_connections", "evicted",
+    "idle_timeout",
+]  # fmt: skip
+
+
 def limited_protocol(
     limits: ListenerLimits,
     listener: str,
-    on_refusal: Callable[[str], None],
+    on_refusal: Callable[[Refusal], None],
     route: type[HttpToolsProtocol] = HttpToolsProtocol,
 ) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with `limits`, for one listener (its connections are
@@ -142,7 +149,7 @@ class _LimitedHttp(HttpToolsProtocol):
 
     limits: ClassVar[ListenerLimits]
     listener: ClassVar[str]
-    on_refusal: ClassVar[staticmethod[[str], None]]
+    on_refusal: ClassVar[staticmethod[[Refusal], None]]
     # This listener's connections waiting for a request, longest first (a dict keeps
     # insertion order), and those closing: when room is needed, the lingering go first.
     idle: ClassVar[dict[_LimitedHttp, None]]
@@ -168,7 +175,7 @@ class _LimitedHttp(HttpToolsProtocol):
         self._header_bytes = 0  # the request's header bytes from earlier reads
         self._requests = 0
         self._closed_early = False  # refused or lingering: what still arrives is dropped
-        self._deferred: tuple[int, str, str] | None = None  # a refusal after this answer
+        self._deferred: tuple[int, Refusal, str] | None = None  # a refusal after this answer
         self._dropped = 0
         self._raw: asyncio.Transport | None = None
 
@@ -337,7 +344,7 @@ class _LimitedHttp(HttpToolsProtocol):
             return
         self._refuse(431, "header_too_large", message)
 
-    def _refuse(self, status: int, reason: str, message: str) -> None:
+    def _refuse(self, status: int, reason: Refusal, message: str) -> None:
         """Answer `status` (unless an answer has begun), close lingering, count, log."""
         if self._stop_request() and not self.transport.is_closing():
             body = json.dumps({"error": message}).encode()
@@ -350,7 +357,7 @@ class _LimitedHttp(HttpToolsProtocol):
         self._linger()
         self._report(reason, status)
 
-    def _close_quietly(self, reason: str) -> None:
+    def _close_quietly(self, reason: Refusal) -> None:
         """Close at once, without an answer: a connection with no request in flight (HTTP
         lets a server close an idle one, and clients retry on a new one), or one that was
         answered already. At once, with no lingering: the point is to free its place."""
@@ -408,7 +415,7 @@ class _LimitedHttp(HttpToolsProtocol):
         if self._dropped > LINGER_BYTES and self in self.lingering:
             self._close_now()  # not reading its answer: no more waiting for it
 
-    def _report(self, reason: str, status: int | None) -> None:
+    def _report(self, reason: Refusal, status: int | None) -> None:
         self.on_refusal(reason)
         held_back = self.throttle.held_back(reason)
         if held_back is not None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Literal, get_args
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import product
+from typing import Literal, NamedTuple, TypeVar, get_args
 
 from prometheus_client import (
     CollectorRegistry,
@@ -13,8 +15,14 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
+from prometheus_client.metrics import MetricWrapperBase
 
-from daemon.store.records import RateSource, RotationResult
+from daemon.listener import Refusal
+from daemon.store.records import NotificationResult, RateSource, RotationResult
+from daemon.store.removals import RemovalResult
+from daemon.store.sweep_records import SweepResult
+from daemon.upstream import OPERATIONS
+from daemon.upstream.models import BulkAction
 
 # Every counter and histogram would also export a `_created` timestamp series: twice the
 # series for nothing a dashboard reads (the process start time says the same).
@@ -39,6 +47,36 @@ FailedReason = Literal[
     "check_refused",  # the call's outcome was unknown, and the reads to check it refused
     "notify_failed",  # its notify rule's webhook could not be delivered
 ]
+
+# Which failures each action's dlqIds can end with; and a read refused before any rule
+# decided, counted with rule "".
+FAILED_BY_ACTION: Mapping[str, tuple[FailedReason, ...]] = {
+    "resume": ("call_rejected", "check_refused"),
+    "restart": ("call_rejected", "check_refused"),
+    "notify": ("notify_failed",),
+}
+FAILED_UNDECIDED: tuple[str, FailedReason] = ("", "fetch_refused")
+
+# What a dlqId was decided from: the signed callback (RECOVERYD_FETCH=needed) or the
+# message read from the DLQ.
+DecisionSource = Literal["callback", "message"]
+# How an attempt at a notification ended, as recoveryd_notifications_total{result} says it.
+NOTIFIED: Mapping[NotificationResult, str] = {
+    "sent": "sent",
+    "retry": "retried",
+    "failed": "failed",
+}
+RestoreResult = Literal["restored", "failed"]
+Listener = Literal["public", "admin"]
+
+
+class RuleLabels(NamedTuple):
+    """What the series a rule brings depend on."""
+
+    name: str
+    action: str
+    budget: bool  # it has a budget, which can stop a recovery
+
 
 # Ingest answers in well under a millisecond unless the disk is slow; the upper buckets
 # show a store that is struggling.
@@ -76,6 +114,15 @@ ACCOUNT_LIMITS: dict[str, tuple[str, LimitUnit, int]] = {
 }
 
 
+C = TypeVar("C", bound=MetricWrapperBase)
+V = TypeVar("V", bound=str)
+
+
+def _each(family: C, values: Iterable[V]) -> dict[V, C]:
+    """`family`'s child for each value of its one label, created now: exported at 0."""
+    return {value: family.labels(value) for value in values}
+
+
 class _GaugeOnceKnown:
     """An unlabelled gauge that is absent from the registry until its first `set`: a
     default 0 would read as a value (a last success in 1970), not as "not known yet"."""
@@ -104,7 +151,7 @@ class Metrics:
             registry=registry,
         )
         # Children bound once: the hot path then skips the label lookup.
-        self.callbacks = {result: callbacks.labels(result) for result in get_args(CallbackResult)}
+        self.callbacks: dict[CallbackResult, Counter] = _each(callbacks, get_args(CallbackResult))
         self.callback_seconds = Histogram(
             "recoveryd_callback_request_duration_seconds",
             "Time from a callback request's arrival to its answer.",
@@ -128,7 +175,9 @@ class Metrics:
             ["result"],
             registry=registry,
         )
-        self.rules_reloads = {result: reloads.labels(result) for result in ("success", "failure")}
+        self.rules_reloads: dict[Literal["success", "failure"], Counter] = _each(
+            reloads, ("success", "failure")
+        )
         self.rules_last_reload_successful = Gauge(
             "recoveryd_rules_last_reload_successful",
             "1 when the last load of the rules file succeeded; 0 when it was refused.",
@@ -151,12 +200,15 @@ class Metrics:
             ["rule", "action"],
             registry=registry,
         )
-        self.decided_from = Counter(
+        decided_from = Counter(
             "recoveryd_decided_from",
             "DLQ messages decided, by what the decision was made from: the signed callback "
             "(RECOVERYD_FETCH=needed, no GET) or the message read from the DLQ.",
             ["source"],
             registry=registry,
+        )
+        self.decided_from: dict[DecisionSource, Counter] = _each(
+            decided_from, get_args(DecisionSource)
         )
         self.batch_size = Histogram(
             "recoveryd_batch_dlq_ids",
@@ -221,12 +273,13 @@ class Metrics:
             "Notifications queued and not yet sent or given up (read at scrape time).",
             registry=registry,
         )
-        self.recovered = Counter(
+        recovered = Counter(
             "recoveryd_recovered",
             "dlqIds whose bulk resume or restart the service accepted, by action.",
             ["action"],
             registry=registry,
         )
+        self.recovered: dict[BulkAction, Counter] = _each(recovered, get_args(BulkAction))
         rotations = Counter(
             "recoveryd_token_rotations",
             "Token rotations by result: success; failure (the old token still works); "
@@ -234,7 +287,7 @@ class Metrics:
             ["result"],
             registry=registry,
         )
-        self.rotations = {result: rotations.labels(result) for result in get_args(RotationResult)}
+        self.rotations: dict[RotationResult, Counter] = _each(rotations, get_args(RotationResult))
         self.last_rotation_success = _GaugeOnceKnown(
             registry,
             "recoveryd_token_last_rotation_success_timestamp_seconds",
@@ -332,7 +385,7 @@ class Metrics:
             ["url_group"],
             registry=registry,
         )
-        self.endpoint_removals = Counter(
+        removals = Counter(
             "recoveryd_endpoint_removals",
             "Thresholds of remove-endpoint rules reached, by what came of them: removed, "
             "gone (not in the group any more), kept_last (keepLastEndpoint), capped "
@@ -341,11 +394,17 @@ class Metrics:
             ["result"],
             registry=registry,
         )
-        self.endpoint_restores = Counter(
+        self.endpoint_removals: dict[RemovalResult, Counter] = _each(
+            removals, get_args(RemovalResult)
+        )
+        restores = Counter(
             "recoveryd_endpoint_restores",
             "Removed endpoints put back into their URL Group, by result: restored, failed.",
             ["result"],
             registry=registry,
+        )
+        self.endpoint_restores: dict[RestoreResult, Counter] = _each(
+            restores, get_args(RestoreResult)
         )
         self.sweep_runs = Counter(
             "recoveryd_sweep_runs",
@@ -379,6 +438,53 @@ class Metrics:
         # process_open_fds against process_max_fds, resident memory, CPU: the standard
         # names, which dashboards and the alerts read.
         ProcessCollector(registry=registry)
+        self._start_at_zero()
+        self._kept: dict[MetricWrapperBase, dict[tuple[str, ...], None]] = {}
+
+    def _start_at_zero(self) -> None:
+        """The series whose label values the code fixes, exported at 0 from the start (the
+        Prometheus instrumentation guide's "avoid missing metrics"): rate() and increase()
+        then see the first event, and a dashboard shows 0, not "no data". The families of
+        one label are bound once, in a dict by the Literal its callers count with. Not the
+        call-time histogram: 15 series an operation for quantiles that are no more defined
+        at 0 than absent."""
+        for operation in OPERATIONS:
+            self.circuit_open.labels(operation).set(0)
+        for listener, reason in product(get_args(Listener), get_args(Refusal)):
+            self.listener_refusals.labels(listener, reason)
+
+    def follow_rules(self, rules: Sequence[RuleLabels], sweeps: Sequence[tuple[str, str]]) -> None:
+        """Export at 0 each series the rules and sweeps (name, action) in force can count:
+        only the combinations that can occur (a notify rule's results, a recovery rule's
+        failures...), so a file of hundreds of rules costs a few series each. The series of
+        rules and sweeps no longer in force are dropped, as Prometheus drops those of a
+        rule group a reload removed: frozen at their last value, they would read as live."""
+        self._keep(self.decisions, [("", "none"), *((rule.name, rule.action) for rule in rules)])
+        self._keep(
+            self.dlq_ids_failed,
+            [FAILED_UNDECIDED]
+            + [(rule.name, why) for rule in rules for why in FAILED_BY_ACTION.get(rule.action, ())],
+        )
+        self._keep(self.budget_exhausted, [(rule.name,) for rule in rules if rule.budget])
+        self._keep(
+            self.notifications,
+            [(rule.name, result) for rule in rules if rule.action == "notify"
+             for result in NOTIFIED.values()],
+        )  # fmt: skip
+        results = get_args(SweepResult)
+        self._keep(self.sweep_runs, [(name, result) for name, _ in sweeps for result in results])
+        self._keep(self.sweep_recovered, sweeps)
+
+    def _keep(self, family: MetricWrapperBase, wanted: Iterable[tuple[str, ...]]) -> None:
+        """`wanted` series of `family` exported (at 0 until counted), and no longer those an
+        earlier call wanted that this one does not."""
+        keep = dict.fromkeys(wanted)  # in the order given: the scrape shows them so
+        for labels in self._kept.get(family, {}).keys() - keep.keys():
+            with contextlib.suppress(KeyError):
+                family.remove(*labels)
+        for labels in keep:
+            family.labels(*labels)
+        self._kept[family] = keep
 
     def count_failed(self, reason: FailedReason, rules: Iterable[str]) -> None:
         """Count dlqIds that have just ended failed, one rule (or "") each."""

@@ -18,6 +18,7 @@ from daemon.durations import parse_duration
 from daemon.settings import Settings
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import FINAL, State
+from daemon.words import did_you_mean, unknown_key
 
 # Answers list at most this many dlqIds; the count is always whole.
 LISTED = 1000
@@ -38,12 +39,16 @@ class RedriveFilter(BaseModel):
     since: str | None = None
     dryRun: bool = False  # the admin API spells it so; the command's default without --yes
 
-    @field_validator("states")
+    @field_validator("states", mode="before")
     @classmethod
-    def _final(cls, states: tuple[State, ...]) -> tuple[State, ...]:
-        for state in states:
+    def _final(cls, states: Any) -> Any:
+        for state in states if isinstance(states, list | tuple) else ():
             if state not in FINAL:
-                raise ValueError(f"{state!r} is not a final state ({', '.join(sorted(FINAL))})")
+                hint = did_you_mean(state, FINAL) if isinstance(state, str) else ""
+                raise ValueError(
+                    f"{state!r} is not a final state ({', '.join(sorted(FINAL))})"
+                    + (f"; {hint}" if hint else "")
+                )
         return states
 
     @field_validator("since")
@@ -68,6 +73,8 @@ class RedriveFilter(BaseModel):
             error = exc.errors(include_url=False, include_input=False)[0]
             field = ".".join(str(part) for part in error["loc"])
             cause = error.get("ctx", {}).get("error")
+            if error["type"] == "extra_forbidden":
+                cause = unknown_key(field, cls.model_fields)
             raise RedriveFieldError(str(cause or error["msg"]), field) from None
 
 

@@ -59,6 +59,8 @@ class Supervisor:
     def spawn(self, name: str, work: Work) -> asyncio.Task[None]:
         """Start `work` under supervision. While it is down after a crash, `down()` names
         it."""
+        if self._metrics is not None:
+            self._metrics.task_crashes.labels(name)  # its crashes at 0 from now on
         return asyncio.create_task(self._supervise(name, work), name=f"recoveryd-{name}")
 
     @contextlib.asynccontextmanager

@@ -10,13 +10,14 @@ from pathlib import Path
 import click
 import pytest
 from prometheus_client import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.cli import main as cli
 from daemon.emulator import create_app
 from daemon.settings import PREFIX, Settings, SettingsError, load_settings
 from tests.account.support import RESET, rotation_settings
 from tests.pipeline.support import RESUME_ALL, harness
-from tests.support import emulator_config, workflows
+from tests.support import emulator_config, running_recoveryd, workflows
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -147,6 +148,81 @@ async def test_every_metric_a_running_daemon_exports_is_documented(tmp_path: Pat
         assert kind == family.type, name
         for sample in family.samples:  # label names are known from samples only
             assert set(sample.labels) - {"le"} == labels, name
+
+
+# A rules file with a rule of each action (one with a budget) and a sweep: every kind of
+# series a rule or sweep brings.
+EVERY_KIND = """\
+version: 1
+rules:
+  - {name: restart-5xx, match: {responseStatus: {gte: 500}}, action: restart,
+     budget: {maxRecoveries: 3, within: 1h}}
+  - {name: resume-429, match: {responseStatus: 429}, action: resume}
+  - {name: page, match: {responseStatus: 400}, action: notify,
+     notify: {url: "https://hooks.example.com/x"}}
+  - name: prune
+    match: {responseStatus: 410}
+    action: remove-endpoint
+    threshold: {failures: 3, within: 10m}
+  - {name: rest, match: {}, action: ignore}
+sweeps:
+  - {name: nightly, schedule: "0 3 * * *", action: resume, filter: {label: billing}}
+"""
+# Labels whose values are fixed in the code, so each table row lists them.
+FIXED_LABELS = {"result", "reason", "source", "listener", "operation", "action", "state"}
+
+
+def absent_at_start() -> set[str]:
+    """The families docs/metrics.md says are absent until their first event or value."""
+    page = text(DOCS / "metrics.md")
+    [paragraph] = re.findall(r"^\*\*Absent at start\*\*.*?(?=\n\n)", page, re.M | re.S)
+    return set(re.findall(r"`(recoveryd_[a-z_]+)`", paragraph))
+
+
+async def scraped_at_start(tmp_path: Path) -> dict[str, Metric]:
+    """The recoveryd_ families of a daemon just started on EVERY_KIND, by exported name,
+    as its /metrics serves them."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(EVERY_KIND)
+    async with running_recoveryd(tmp_path, RULES=str(rules)) as recoveryd:
+        scraped = (await recoveryd.admin.get("/metrics")).text
+    return {
+        exported_name(family): family
+        for family in text_string_to_metric_families(scraped)
+        if family.name.startswith("recoveryd_")
+    }
+
+
+async def test_every_labelled_family_starts_with_its_known_series_at_zero(
+    tmp_path: Path,
+) -> None:
+    """Just started, every labelled family of the table has its series, each counter and
+    histogram at 0 (but the load at start), save those the docs say are absent at start."""
+    families = await scraped_at_start(tmp_path)
+    labelled = {name for name, (_, labels) in metrics_table().items() if labels}
+    absent = {name for name in labelled if name not in families or not families[name].samples}
+    assert absent == absent_at_start()
+    for name in sorted(labelled - absent):
+        for sample in families[name].samples:
+            loaded = sample.labels == {"result": "success"} and "rules_reloads" in name
+            if families[name].type in ("counter", "histogram") and not loaded:
+                assert sample.value == 0, f"{name}{sample.labels} is {sample.value} at start"
+
+
+async def test_every_fixed_label_value_exported_at_start_is_in_its_row(tmp_path: Path) -> None:
+    """The values of a fixed label (a result, a reason, an operation...) that a daemon
+    exports at start are the ones its row of the table lists (or a row it names)."""
+    rows = {
+        code_spans(row[0])[0]: set(code_spans(row[3]))
+        for row in table_rows(text(DOCS / "metrics.md"))
+        if row[0].startswith("`recoveryd_") and len(row) == 4
+    }
+    for name, family in (await scraped_at_start(tmp_path)).items():
+        listed = rows[name].union(*(rows.get(other, set()) for other in rows[name]))
+        for sample in family.samples:
+            for label, value in sample.labels.items():
+                if label in FIXED_LABELS:
+                    assert value in listed, f"{name}: {label}={value!r} is not in its row"
 
 
 def test_every_metric_the_docs_name_is_in_the_table() -> None:

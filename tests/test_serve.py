@@ -243,7 +243,7 @@ def test_rules_with_a_mistake_stop_the_start_with_every_problem(tmp_path: Path) 
         "Error: RECOVERYD_RULES: the rules file has problems:",
         f"{rules}:1:10: version: must be 1; got 2",
         f"{rules}:5:13: rules[0].action: must be one of 'resume', 'restart', "
-        "'remove-endpoint', 'notify' or 'ignore'; got 'restrat'",
+        "'remove-endpoint', 'notify' or 'ignore'; got 'restrat'; did you mean 'restart'?",
     ]
 
 

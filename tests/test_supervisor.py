@@ -41,6 +41,23 @@ async def test_a_crashed_task_is_restarted_and_counted() -> None:
     assert sample == 2
 
 
+async def test_a_task_s_crashes_are_exported_at_zero_from_its_start() -> None:
+    """A task that has not crashed has its series at 0, for rate() to see a first crash."""
+    metrics = Metrics(CollectorRegistry())
+    running = asyncio.Event()
+
+    async def work() -> None:
+        running.set()
+        await asyncio.Event().wait()
+
+    async with Supervisor(metrics).running("heartbeat", work):
+        await running.wait()
+        sample = metrics.registry.get_sample_value(
+            "recoveryd_task_crashes_total", {"task": "heartbeat"}
+        )
+        assert sample == 0
+
+
 async def test_a_task_is_reported_down_until_it_runs_again() -> None:
     """While a task waits for its restart, the status names it and why; then it clears."""
     release = asyncio.Event()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import cast, get_args
 
 from daemon.emulator.ratelimit import Announce, Counting
+from daemon.words import did_you_mean, either
 
 # The fields whose value is a credential: generated when left empty, never shown in a repr.
 SECRET_FIELDS = ("token", "password", "signing_key_current", "signing_key_next")
@@ -80,10 +81,14 @@ class EmulatorConfig:
                 raise ValueError(f"{name} must not be negative")
         if self.callback_retries < 0:
             raise ValueError("callback_retries must not be negative")
-        if self.rate_limit_headers not in get_args(Announce):
-            raise ValueError(f"rate_limit_headers must be one of {get_args(Announce)}")
-        if self.rate_limit_window not in get_args(Counting):
-            raise ValueError(f"rate_limit_window must be one of {get_args(Counting)}")
+        for name, allowed in (("rate_limit_headers", Announce), ("rate_limit_window", Counting)):
+            value, choices = getattr(self, name), get_args(allowed)
+            if value not in choices:
+                hint = did_you_mean(value, choices)
+                raise ValueError(
+                    f"{name} must be one of {either([repr(c) for c in choices])}; got {value!r}"
+                    + (f"; {hint}" if hint else "")
+                )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EmulatorConfig:

@@ -199,7 +199,7 @@ class Remover:
             self._ended(removal, result, reason)
 
     def _ended(self, removal: Removal, result: RemovalResult, reason: str) -> None:
-        self._metrics.endpoint_removals.labels(result).inc()
+        self._metrics.endpoint_removals[result].inc()
         event = "endpoint removed" if result == "removed" else "endpoint not removed"
         log.info(event, removal=removal.id, result=result, url_group=removal.url_group,
                  endpoint=removal.shown, rule=removal.rule, reason=reason)  # fmt: skip

@@ -57,12 +57,12 @@ async def restore(
             await store.finish_restore(
                 removal.id, restored=False, reason=reason, calls=list(calls), now=wall_clock()
             )
-            metrics.endpoint_restores.labels("failed").inc()
+            metrics.endpoint_restores["failed"].inc()
             raise RestoreFailed(reason) from None
     await store.finish_restore(
         removal.id, restored=True, reason=f"restored {what}", calls=list(calls), now=wall_clock()
     )
-    metrics.endpoint_restores.labels("restored").inc()
+    metrics.endpoint_restores["restored"].inc()
     return {
         "status": "restored",
         "removal": removal.id,

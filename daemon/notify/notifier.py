@@ -24,7 +24,7 @@ import httpx
 import structlog
 
 from daemon import __version__
-from daemon.metrics import Metrics
+from daemon.metrics import NOTIFIED, Metrics
 from daemon.notify.delivery import (
     NotifyTiming,
     Verdict,
@@ -40,6 +40,9 @@ from daemon.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 USER_AGENT = f"recoveryd/{__version__}"
+# An attempt runs in a task of its own, not supervised (its notification stays pending
+# in the store): a crash is counted under this task name.
+ATTEMPT_TASK = "notify"
 
 
 class Notifier:
@@ -77,6 +80,7 @@ class Notifier:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         dispatcher = self._supervisor.spawn("notifier", self._run)
+        self._metrics.task_crashes.labels(ATTEMPT_TASK)  # at 0 from now on, as the notifier's
         try:
             yield
         finally:
@@ -141,7 +145,7 @@ class Notifier:
             log.warning("notification outcome not recorded; it will be attempted again",
                         dlq_id=job.dlq_id, rule=job.rule, error=str(exc))  # fmt: skip
         except Exception as exc:  # one attempt's bug must not stop the others
-            self._metrics.task_crashes.labels("notify").inc()
+            self._metrics.task_crashes.labels(ATTEMPT_TASK).inc()
             log.error("notification attempt crashed; it will be attempted again",
                       dlq_id=job.dlq_id, rule=job.rule, error_type=type(exc).__name__,
                       error=str(exc)[:300], exc_info=exc)  # fmt: skip
@@ -168,8 +172,7 @@ class Notifier:
             job.id, step.result, status=verdict.status, reason=step.reason,
             next_at=step.next_at, now=now,
         )  # fmt: skip
-        result = "retried" if step.result == "retry" else step.result
-        self._metrics.notifications.labels(job.rule, result).inc()
+        self._metrics.notifications.labels(job.rule, NOTIFIED[step.result]).inc()
         if made_failed:
             self._metrics.count_failed("notify_failed", [job.rule])
         context = {"dlq_id": job.dlq_id, "rule": job.rule, "receiver": job.receiver,

@@ -68,6 +68,9 @@ from daemon.upstream import (
 )
 
 log = structlog.get_logger(__name__)
+# A batch's work runs in a task of its own, not supervised (housekeeping takes its
+# dlqIds up again): a crash is counted under this task name.
+BATCH_TASK = "batch"
 Key = tuple[str, str]  # action, overrides (canonical JSON)
 
 
@@ -219,6 +222,7 @@ class Batcher:
     @contextlib.asynccontextmanager
     async def running(self, drain_timeout: float = 10.0) -> AsyncIterator[None]:
         loop = self._supervisor.spawn("batcher", self._run)
+        self._metrics.task_crashes.labels(BATCH_TASK)  # at 0 from now on, as the batcher's
         try:
             yield
         finally:
@@ -278,7 +282,7 @@ class Batcher:
         try:
             await work
         except Exception as exc:
-            self._metrics.task_crashes.labels("batch").inc()
+            self._metrics.task_crashes.labels(BATCH_TASK).inc()
             log.error(
                 "batch task crashed; housekeeping takes its dlqIds up again",
                 error_type=type(exc).__name__,
@@ -406,7 +410,7 @@ class Batcher:
         await self._settle(record, sent=True, done=record.dlq_ids, runs=runs, calls=calls,
                            reason=short if 0 < len(runs) < named else None)  # fmt: skip
         self._metrics.batch_size.observe(named)
-        self._metrics.recovered.labels(record.action).inc(named)
+        self._metrics.recovered[cast(BulkAction, record.action)].inc(named)  # recoveries only
         log.info("batch sent", batch=record.id, action=record.action, dlq_ids=named,
                  runs=len(runs))  # fmt: skip
 

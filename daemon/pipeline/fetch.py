@@ -19,7 +19,7 @@ from typing import Literal
 
 import structlog
 
-from daemon.metrics import Metrics
+from daemon.metrics import DecisionSource, Metrics
 from daemon.pipeline.calls import recording
 from daemon.pipeline.decide import outcome_of, reads
 from daemon.pipeline.failures import backoff, is_final_for
@@ -254,10 +254,10 @@ class Fetcher:
         known: Facts,
         decision: Decision,
         calls: tuple[dict[str, object], ...],
-        source: Literal["callback", "message"] = "message",
+        source: DecisionSource = "message",
     ) -> Outcome:
         """Count and log `decision`, made from `source`; its outcome."""
-        self._metrics.decided_from.labels(source).inc()
+        self._metrics.decided_from[source].inc()
         for rule in decision.matched:
             self._metrics.decisions.labels(rule.name, rule.action).inc()
         if not decision.matched:

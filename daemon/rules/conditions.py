@@ -9,13 +9,13 @@ own beyond the one type test that keeps `True` from equalling `1`.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from daemon.rules.fields import FIELDS, Kind
 from daemon.rules.yamlfile import Loc, Mistake, shown
+from daemon.words import did_you_mean, either, unknown_key
 
 Facts = Mapping[str, Any]
 Predicate = Callable[[Facts], bool]
@@ -25,6 +25,7 @@ MISSING: Any = object()  # what a value test sees for a field the message lacks
 _NUMBER_TYPES = (int, float)
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP token (RFC 9110)
 _COMBINATORS = ("all", "any", "not")
+_MATCH_TAKES = "match takes the fields of a message (docs/rules.md lists them), all, any and not"
 
 OPERATORS: Mapping[Kind, tuple[str, ...]] = {
     Kind.TEXT: ("equals", "in", "notIn", "prefix", "suffix", "contains", "regex", "exists"),
@@ -88,9 +89,8 @@ class _Compiler:
             elif key in FIELDS:
                 parts.append(self.field(key, value, here))
             else:
-                guess = difflib.get_close_matches(str(key), [*FIELDS, *_COMBINATORS], n=1)
-                hint = f"did you mean {guess[0]!r}?" if guess else "docs/rules.md lists them"
-                parts.append(self.error(here, f"unknown field {key!r}; {hint}", at_key=True))
+                message = unknown_key(key, [*FIELDS, *_COMBINATORS], _MATCH_TAKES)
+                parts.append(self.error(here, message, at_key=True))
         return all_of(parts)
 
     def combination(self, key: str, spec: Any, loc: Loc) -> Predicate:
@@ -151,17 +151,18 @@ class _Compiler:
 
     def operator(self, op: str, operand: Any, name: str, kind: Kind, loc: Loc) -> ValueTest:
         if op not in ALL_OPERATORS:
-            guess = difflib.get_close_matches(str(op), ALL_OPERATORS, n=1)
-            hint = f"did you mean {guess[0]!r}? " if guess else ""
+            hint = did_you_mean(op, ALL_OPERATORS)
             self.error(
-                loc, f"unknown operator {op!r}; {hint}{name} takes {_either(OPERATORS[kind])}"
+                loc,
+                f"unknown operator {op!r}; {hint + ' ' if hint else ''}{name} takes "
+                f"{either(OPERATORS[kind])}",
             )
             return _none_pass
         if op not in OPERATORS[kind]:
             self.error(
                 loc,
                 f"{op} does not apply to {name}, {kind.article} field; it takes "
-                f"{_either(OPERATORS[kind])}",
+                f"{either(OPERATORS[kind])}",
             )
             return _none_pass
         try:
@@ -230,10 +231,6 @@ def header_test(field: str, header: str, test: ValueTest) -> Predicate:
         return False
 
     return holds
-
-
-def _either(words: Sequence[str]) -> str:
-    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
 
 
 # Operand checks and value tests, one builder per operator.

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from daemon.rules.callback import CARRIED
 from daemon.rules.ruleset import Decision, Rule, Ruleset
+from daemon.words import plural
 
 # How a budget counts, said where a user looks (`recoveryd explain`, docs/rules.md).
 BUDGET_COUNTS = (
@@ -92,7 +93,9 @@ def _removal(rule: Rule, message: Mapping[str, Any]) -> dict[str, Any]:
     endpoint = {"name": name} if isinstance(name, str) and name else {"url": url}
     threshold = spec.threshold
     condition = (
-        f"after {threshold.failures} failures within {threshold.within:g}s" if threshold else ""
+        f"after {plural(threshold.failures, 'failure')} within {threshold.within:g}s"
+        if threshold
+        else ""
     )
     if spec.keep_last_endpoint:
         condition += ", unless it is the group's last endpoint (keepLastEndpoint)"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import structlog
 
-from daemon.metrics import Metrics
+from daemon.metrics import Metrics, RuleLabels
 from daemon.rules.ruleset import Ruleset, load_rules
 from daemon.rules.yamlfile import FileError, Unreadable
 
@@ -89,3 +89,10 @@ class LiveRules:
         if previous is not None:
             metrics.rules_info.remove(previous.digest, str(len(previous.rules)))
         metrics.rules_info.labels(ruleset.digest, str(len(ruleset.rules))).set(1)
+        metrics.follow_rules(
+            [
+                RuleLabels(rule.name, rule.action, rule.spec.budget is not None)
+                for rule in ruleset.rules
+            ],
+            [(sweep.name, sweep.action) for sweep in ruleset.sweeps],
+        )

@@ -18,6 +18,7 @@ from daemon.rules.fields import facts
 from daemon.rules.model import Action, Spec
 from daemon.rules.ruleset import Decision, Ruleset
 from daemon.rules.yamlfile import FileError, Loc, Mistake, read_document
+from daemon.words import did_you_mean
 
 
 class Expect(Spec):
@@ -74,16 +75,20 @@ def run_tests(
 
 
 def _unknown_rules(spec: TestFile, ruleset: Ruleset) -> Iterator[Mistake]:
-    names = {rule.name for rule in ruleset.rules}
+    names = [rule.name for rule in ruleset.rules]
     for index, test in enumerate(spec.tests):
         expect = test.expect
         loc: Loc = ("tests", index, "expect")
         if expect.rule is not None and expect.rule not in names:
-            yield Mistake((*loc, "rule"), f"no rule is named {expect.rule!r} in {ruleset.source}")
+            yield Mistake((*loc, "rule"), _no_rule(expect.rule, names, ruleset.source))
         for position, name in enumerate(expect.rules or ()):
             if name not in names:
-                message = f"no rule is named {name!r} in {ruleset.source}"
-                yield Mistake((*loc, "rules", position), message)
+                yield Mistake((*loc, "rules", position), _no_rule(name, names, ruleset.source))
+
+
+def _no_rule(name: str, names: list[str], source: str) -> str:
+    hint = did_you_mean(name, names)
+    return f"no rule is named {name!r} in {source}" + (f"; {hint}" if hint else "")
 
 
 def _failures(expect: Expect, decision: Decision, header_prefix: str) -> Iterator[str]:

@@ -7,8 +7,8 @@ the parsed document is kept beside them only to turn a path into a line and a co
 
 from __future__ import annotations
 
-import difflib
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
+
+from daemon.rules.yamlsyntax import Constructor, explain
+from daemon.words import did_you_mean, unknown_key
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -117,6 +120,7 @@ def parse_document(text: str, file: str) -> Document:
     past MAX_VALUES values (the "billion laughs")."""
     _check_size(text.encode("utf-8"), file)
     yaml = YAML(typ="rt", pure=True)
+    yaml.Constructor = Constructor
     try:
         first_alias = _check_events(yaml.parse(text), file)
         tree = yaml.load(text)
@@ -192,17 +196,10 @@ def _check_expansion(tree: Any, file: str, first_alias: Any) -> None:
 
 
 def _syntax_problem(file: str, error: MarkedYAMLError) -> Problem:
-    """Where the parser gave up, and what it was reading then (`while parsing a flow
-    mapping` that began at ...), in one message."""
-    mark = error.problem_mark or error.context_mark
+    """Where the parser gave up, or where what it gave up on began, in plain words."""
+    mark, sentence = explain(error)
     line, column = (mark.line, mark.column) if mark else (0, 0)
-    reason = error.problem or "not valid YAML"
-    context, started = error.context, error.context_mark
-    if context and started and error.problem_mark and started.line != line:
-        context += f" (from {started.line + 1}:{started.column + 1})"
-    if context:
-        reason = f"{context}, {reason}"
-    return Problem(file, line + 1, column + 1, "<document>", f"not valid YAML: {reason}")
+    return Problem(file, line + 1, column + 1, "<document>", f"not valid YAML: {sentence}")
 
 
 def plain(node: Any) -> Any:
@@ -246,12 +243,6 @@ def yaml_path(loc: Loc) -> str:
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "<document>"
-
-
-def unknown_key(key: object, known_keys: Iterable[str]) -> str:
-    guess = difflib.get_close_matches(str(key), list(known_keys), n=1)
-    hint = f"; did you mean {guess[0]!r}?" if guess else ""
-    return f"unknown key {key!r}{hint}"
 
 
 def shown(value: Any) -> str:
@@ -320,6 +311,10 @@ _WORDS = {
 }
 
 
+# The values in pydantic's `'resume', 'restart' or 'ignore'`.
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+
+
 def _message(kind: str, item: Any) -> str:
     context = item.get("ctx") or {}
     value = item.get("input")
@@ -330,7 +325,8 @@ def _message(kind: str, item: Any) -> str:
     if kind == "literal_error":
         expected = context["expected"]
         words = f"one of {expected}" if " or " in expected else expected
-        return f"must be {words}; got {shown(value)}"
+        hint = did_you_mean(value, _QUOTED.findall(expected)) if isinstance(value, str) else ""
+        return f"must be {words}; got {shown(value)}" + (f"; {hint}" if hint else "")
     for bound, words in (("ge", "at least"), ("gt", "more than"), ("le", "at most")):
         if bound in context:
             return f"must be {words} {context[bound]}; got {shown(value)}"

@@ -33,6 +33,7 @@ from daemon.upstream import (
     ServiceClient,
     ServiceError,
 )
+from daemon.words import did_you_mean
 
 NOT_BY_HAND = (
     "a sweep runs on its schedule in `recoveryd serve` (one run at a time, each recorded: "
@@ -56,8 +57,12 @@ async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[st
         raise SweepCommandError(str(exc)) from None
     spec = next((sweep for sweep in ruleset.sweeps if sweep.name == name), None)
     if spec is None:
-        known = ", ".join(sweep.name for sweep in ruleset.sweeps) or "none"
-        raise SweepCommandError(f"{rules}: no sweep named {name!r} (sweeps: {known})")
+        names = [sweep.name for sweep in ruleset.sweeps]
+        hint = did_you_mean(name, names)
+        raise SweepCommandError(
+            f"{rules}: no sweep named {name!r} (sweeps: {', '.join(names) or 'none'})"
+            + (f"; {hint}" if hint else "")
+        )
     run = plan(spec, now=time.time(), dry_run=True)
     try:
         credentials = await credentials_in_use(settings)

@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from daemon.urls import http_url
+from daemon.words import did_you_mean
 
 BulkAction = Literal["resume", "restart"]
 FailureFunctionState = Literal[
@@ -322,7 +323,11 @@ class Overrides(_Sent):
         unknown = sorted(set(re.findall(r"[a-z_]+", expression or "")) - RETRY_DELAY_NAMES)
         if unknown:
             names = ", ".join(sorted(RETRY_DELAY_NAMES))
-            raise ValueError(f"unknown name {unknown[0]!r} in retry delay; known: {names}")
+            hint = did_you_mean(unknown[0], RETRY_DELAY_NAMES)
+            raise ValueError(
+                f"unknown name {unknown[0]!r} in retry delay; {hint + ' ' if hint else ''}"
+                f"known: {names}"
+            )
         return expression
 
     @field_validator("failure_callback")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from daemon.emulator import EmulatorConfig
@@ -76,3 +78,13 @@ def test_how_the_rate_limit_is_counted_and_told_is_read_from_the_environment() -
     assert (config.rate_limit_headers, config.rate_limit_window) == ("on_429", "sliding")
     with pytest.raises(ValueError, match="rate_limit_headers"):
         EmulatorConfig.from_env({"EMULATOR_RATE_LIMIT_HEADERS": "never"})
+
+
+def test_a_mistyped_rate_limit_setting_is_refused_with_the_nearest_value() -> None:
+    """A value close to one of the Literal's gets "did you mean" that value."""
+    expected = (
+        "rate_limit_window must be one of 'fixed' or 'sliding'; got 'slidng'; "
+        "did you mean 'sliding'?"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        EmulatorConfig.from_env({"EMULATOR_RATE_LIMIT_WINDOW": "slidng"})

@@ -213,6 +213,20 @@ def test_explain_of_a_message_no_rule_matches_says_so(tmp_path: Path) -> None:
     }
 
 
+def test_explain_of_a_removal_at_one_failure_counts_it_in_the_singular(tmp_path: Path) -> None:
+    """A remove-endpoint threshold of one failure is "after 1 failure", not "1 failures"."""
+    rules = write(
+        tmp_path / "rules.yaml",
+        "version: 1\nrules:\n  - name: prune\n    match: {responseStatus: 410}\n"
+        "    action: remove-endpoint\n    threshold: {failures: 1, within: 10m}\n"
+        "    keepLastEndpoint: false\n",
+    )
+    message = {"dlqId": "d1", "topicName": "orders", "url": "https://a", "responseStatus": 410}
+    result = invoke("explain", rules, write(tmp_path / "m.json", json.dumps(message)))
+    [step] = json.loads(result.stdout)["matched"]
+    assert step["when"] == "after 1 failure within 600s"
+
+
 def test_explain_with_header_prefix_upstash_reads_and_writes_upstash_headers(
     tmp_path: Path,
 ) -> None:
@@ -442,7 +456,8 @@ def test_test_reports_a_message_no_rule_matches_as_none(tmp_path: Path) -> None:
 
 
 def test_test_refuses_a_tests_file_expecting_a_rule_that_does_not_exist(tmp_path: Path) -> None:
-    """Expecting a rule no rule is named is a typo, refused at its line before any test runs."""
+    """Expecting a rule no rule is named is a typo, refused at its line with the nearest
+    name before any test runs."""
     rules = write(tmp_path / "rules.yaml", TWO_RULES)
     tests = write(
         tmp_path / "tests.yaml",
@@ -451,7 +466,8 @@ def test_test_refuses_a_tests_file_expecting_a_rule_that_does_not_exist(tmp_path
     result = invoke("test", rules, tests)
     assert result.exit_code == 1
     assert result.stderr == (
-        f"{tests}:7:20: tests[1].expect.rule: no rule is named 'ignore-canary' in {rules}\n"
+        f"{tests}:7:20: tests[1].expect.rule: no rule is named 'ignore-canary' in {rules}; "
+        "did you mean 'ignore-canaries'?\n"
     )
     assert result.stdout == ""
 

@@ -102,7 +102,7 @@ async def test_an_invalid_file_is_refused_and_the_old_rules_keep_deciding(
         assert response.status_code == 400
         assert response.json()["problems"] == [
             f"{rules}:5:13: rules[0].action: must be one of 'resume', 'restart', "
-            "'remove-endpoint', 'notify' or 'ignore'; got 'restrat'"
+            "'remove-endpoint', 'notify' or 'ignore'; got 'restrat'; did you mean 'restart'?"
         ]
         assert recoveryd.metric("recoveryd_rules_last_reload_successful") == 0
         assert recoveryd.metric("recoveryd_rules_reloads_total", result="failure") == 1
@@ -129,3 +129,74 @@ def test_loading_the_shipped_rules_warns_of_nothing() -> None:
     with capture_logs() as logs:
         LiveRules(Path(__file__).parents[2] / "rules.yaml", Metrics(CollectorRegistry()))
     assert [entry for entry in logs if entry["log_level"] == "warning"] == []
+
+
+def series(registry: CollectorRegistry, family: str) -> dict[tuple[str, ...], float]:
+    """The samples of `family` (a counter, by its `_total` samples) by label values."""
+    return {
+        tuple(sample.labels.values()): sample.value
+        for metric in registry.collect()
+        if metric.name == family
+        for sample in metric.samples
+        if sample.name == f"{family}_total"
+    }
+
+
+async def test_a_reload_adds_the_new_rules_series_at_zero_and_drops_the_removed_ones(
+    tmp_path: Path,
+) -> None:
+    """The series a rule or sweep can count follow the file: a reload adds a new rule's
+    at 0, drops the series of the rules and sweeps it removed, and leaves the rest."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "version: 1\nrules:\n"
+        "  - {name: kept, match: {responseStatus: 503}, action: restart}\n"
+        "  - {name: removed, match: {responseStatus: 500}, action: resume,\n"
+        "     budget: {maxRecoveries: 1, within: 1h}}\n"
+        "sweeps:\n"
+        "  - {name: gone, schedule: 10m, action: restart, filter: {label: x}}\n"
+    )
+    registry = CollectorRegistry()
+    rules = LiveRules(path, Metrics(registry))
+    assert series(registry, "recoveryd_budget_exhausted") == {("removed",): 0}
+    assert ("gone", "restart") in series(registry, "recoveryd_sweep_recovered")
+
+    path.write_text(
+        "version: 1\nrules:\n"
+        "  - {name: kept, match: {responseStatus: 503}, action: restart}\n"
+        "  - {name: added, match: {}, action: notify, notify: {url: 'https://h.example.com'}}\n"
+    )
+    await rules.reload()
+
+    assert series(registry, "recoveryd_decisions") == {
+        ("", "none"): 0,
+        ("kept", "restart"): 0,
+        ("added", "notify"): 0,
+    }
+    assert series(registry, "recoveryd_dlq_ids_failed") == {
+        ("", "fetch_refused"): 0,
+        ("kept", "call_rejected"): 0,
+        ("kept", "check_refused"): 0,
+        ("added", "notify_failed"): 0,
+    }
+    assert series(registry, "recoveryd_notifications") == {
+        ("added", "sent"): 0,
+        ("added", "retried"): 0,
+        ("added", "failed"): 0,
+    }
+    assert series(registry, "recoveryd_budget_exhausted") == {}
+    assert series(registry, "recoveryd_sweep_runs") == {}
+    assert series(registry, "recoveryd_sweep_recovered") == {}
+
+
+async def test_a_reload_keeps_the_counts_of_the_rules_it_keeps(tmp_path: Path) -> None:
+    """A rule still in the file keeps its series and its count across a reload."""
+    path = tmp_path / "rules.yaml"
+    write_rules(path, "kept")
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    rules = LiveRules(path, metrics)
+    metrics.decisions.labels("kept", "resume").inc(3)
+    path.write_text(path.read_text() + "  - {name: more, match: {}, action: ignore}\n")
+    await rules.reload()
+    assert series(registry, "recoveryd_decisions")[("kept", "resume")] == 3

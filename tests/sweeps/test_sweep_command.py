@@ -108,6 +108,16 @@ def test_an_unknown_sweep_is_named_with_the_known_ones(tmp_path: Path, service_u
     assert journal(service_url) == []
 
 
+def test_a_mistyped_sweep_is_named_with_the_nearest_one(tmp_path: Path, service_url: str) -> None:
+    """A name close to one of the sweeps gets "did you mean" that sweep."""
+    (tmp_path / "rules.yaml").write_text(sweep_rules("1h"))
+    result = sweep(tmp_path, service_url, "restart-biling", "--dry-run")
+    assert result.returncode == 1
+    assert (
+        "no sweep named 'restart-biling' (sweeps: restart-billing); did you mean 'restart-billing'?"
+    ) in result.stderr
+
+
 def test_dry_run_calls_with_the_token_a_rotation_sealed_into_the_store(
     tmp_path: Path, service_url: str, postgres_url: str
 ) -> None:

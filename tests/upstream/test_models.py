@@ -144,7 +144,7 @@ def test_unset_overrides_send_no_header() -> None:
         "failure callback not http",
         "space in failure callback",
         "space in flow-control key",
-        "unknown field",
+        "unknown key",
     ],
 )
 def test_bad_overrides_are_refused(bad: dict[str, object]) -> None:
