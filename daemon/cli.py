@@ -285,12 +285,13 @@ def reseal() -> None:
     from daemon.account.reseal import reseal as reseal_now
     from daemon.logs import configure_command_logging
     from daemon.settings import SettingsError, load_settings
+    from daemon.store import StoreMissing
 
     try:
         settings = load_settings(os.environ, daemon=False)
         configure_command_logging(settings)
         click.echo(asyncio.run(reseal_now(settings)))
-    except (SettingsError, ResealError) as exc:
+    except (SettingsError, ResealError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -306,12 +307,13 @@ def removals(group: str | None, as_json: bool) -> None:
     from daemon.endpoints.restore import RemovalsError, removals_now
     from daemon.logs import configure_command_logging
     from daemon.settings import SettingsError, load_settings
+    from daemon.store import StoreMissing
 
     try:
         settings = load_settings(os.environ, daemon=False)
         configure_command_logging(settings)
         found = asyncio.run(removals_now(settings, group))
-    except (SettingsError, RemovalsError) as exc:
+    except (SettingsError, RemovalsError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(found, indent=2) if as_json else described(found))
 
@@ -328,12 +330,13 @@ def restore_endpoint(group: str, name: str) -> None:
     from daemon.endpoints.restore import RemovalsError, restore_now
     from daemon.logs import configure_command_logging
     from daemon.settings import SettingsError, load_settings
+    from daemon.store import StoreMissing
 
     try:
         settings = load_settings(os.environ, require=("SERVICE_URL",), daemon=False)
         configure_command_logging(settings)
         answer = asyncio.run(restore_now(settings, group, name))
-    except (SettingsError, RemovalsError) as exc:
+    except (SettingsError, RemovalsError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None
     endpoint = answer["endpoint"]
     shown = f"{endpoint['name']} ({endpoint['url']})" if endpoint.get("name") else endpoint["url"]
@@ -365,6 +368,7 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
     from daemon.logs import configure_command_logging
     from daemon.redrive import RedriveError, RedriveFilter, redrive_now
     from daemon.settings import SettingsError, load_settings
+    from daemon.store import StoreMissing
 
     try:
         settings = load_settings(os.environ, daemon=False)
@@ -372,7 +376,7 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
         wanted = {"states": list(states), "rule": rule, "dryRun": not yes}
         selection = RedriveFilter.from_json({**wanted, "since": f"{since}s" if since else None})
         answer = asyncio.run(redrive_now(settings, selection, time.time()))
-    except (SettingsError, RedriveError) as exc:
+    except (SettingsError, RedriveError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None
     count, listed = answer["count"], answer["dlqIds"]
     for dlq_id in listed:
@@ -403,6 +407,7 @@ def sweep(name: str, dry_run: bool, rules: Path | None) -> None:
     Without --dry-run it refuses: a sweep runs on its schedule in `recoveryd serve`."""
     from daemon.logs import configure_command_logging
     from daemon.settings import SettingsError, load_settings
+    from daemon.store import StoreMissing
     from daemon.sweeps.command import NOT_BY_HAND, SweepCommandError
     from daemon.sweeps.command import dry_run as list_selection
 
@@ -412,5 +417,5 @@ def sweep(name: str, dry_run: bool, rules: Path | None) -> None:
         settings = load_settings(os.environ, require=("SERVICE_URL",))
         configure_command_logging(settings)
         asyncio.run(list_selection(settings, rules or settings.RULES, name, click.echo))
-    except (SettingsError, SweepCommandError) as exc:
+    except (SettingsError, SweepCommandError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None

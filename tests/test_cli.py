@@ -10,8 +10,10 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 
 RECOVERYD = [sys.executable, "-m", "daemon"]
 
@@ -20,6 +22,23 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*RECOVERYD, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def run_in(folder: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """`recoveryd ARGS` run in `folder` with only `settings` of the RECOVERYD_* variables
+    (named without the prefix), as in a shell where none is exported."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RECOVERYD_")}
+    env |= {f"RECOVERYD_{name}": value for name, value in settings.items()}
+    return subprocess.run(
+        [*RECOVERYD, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+
+
+# Nothing to ask (port 0): the commands work on the store themselves, as with no daemon.
+NO_DAEMON = {"ADMIN_LISTEN": "127.0.0.1:0"}
+# What restore-endpoint needs besides, to get as far as the store.
+SERVICE = {"SERVICE_URL": "http://127.0.0.1:9", "TOKEN": "tok_cli_tests"}
 
 
 def free_port() -> int:
@@ -200,3 +219,26 @@ def test_emulator_serves_until_terminated() -> None:
     assert "tok-cli" not in out + err
     assert "pw-cli" not in out + err
     assert "emulator signing_key_current: sig_" in out  # generated, so shown once
+
+
+@pytest.mark.parametrize(
+    ("args", "settings"),
+    [
+        (("redrive",), NO_DAEMON),
+        (("redrive", "--yes"), NO_DAEMON),
+        (("removals",), NO_DAEMON),
+        (("restore-endpoint", "orders", "legacy"), NO_DAEMON | SERVICE),
+    ],
+)
+def test_a_command_that_reads_the_store_refuses_one_not_made_yet(
+    tmp_path: Path, args: tuple[str, ...], settings: dict[str, str]
+) -> None:
+    """In a folder where `serve` never ran, the store's readers say where they looked and
+    exit 1, instead of creating an empty store and reporting nothing in it."""
+    result = run_in(tmp_path, *args, **settings)
+    assert result.returncode == 1, result.stdout
+    assert result.stderr == (
+        "Error: no store at ./recoveryd.db: is RECOVERYD_STORE set as for serve?\n"
+    )
+    assert result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
