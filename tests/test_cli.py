@@ -242,3 +242,83 @@ def test_a_command_that_reads_the_store_refuses_one_not_made_yet(
     )
     assert result.stdout == ""
     assert list(tmp_path.iterdir()) == []
+
+
+# Only --no-check and --from - spare set-token a setting: nothing is read from stdin
+# before the settings pass.
+@pytest.mark.parametrize(
+    ("args", "settings", "named"),
+    [
+        (("serve",), {}, ["SERVICE_URL", "TOKEN", "SIGNING_KEY_CURRENT"]),
+        (
+            ("rotate-token",),
+            NO_DAEMON,
+            ["SERVICE_URL", "CREDENTIALS_FILE", "ACCOUNT_USERNAME", "ACCOUNT_PASSWORD"],
+        ),
+        (("set-token",), NO_DAEMON, ["SERVICE_URL", "CREDENTIALS_FILE", "TOKEN_FILE"]),
+        (("set-token", "--no-check", "--from", "-"), NO_DAEMON, ["CREDENTIALS_FILE"]),
+        (("reseal",), NO_DAEMON, ["CREDENTIALS_KEY", "STORE"]),
+        (("restore-endpoint", "orders", "legacy"), NO_DAEMON, ["SERVICE_URL", "TOKEN"]),
+        (("sweep", "nightly-resume", "--dry-run"), NO_DAEMON, ["SERVICE_URL", "TOKEN"]),
+        (
+            ("redrive",),
+            NO_DAEMON | {"STORE": "mysql://db", "RETENTION": "a week"},
+            ["STORE", "RETENTION"],
+        ),
+        (
+            ("removals",),
+            NO_DAEMON | {"STORE": "mysql://db", "LOG_FORMAT": "text"},
+            ["STORE", "LOG_FORMAT"],
+        ),
+        (
+            ("check", "rules.yaml"),
+            {"PUBLC_URL": "https://x", "RULSE": "r.yaml"},
+            ["PUBLC_URL", "RULSE"],
+        ),
+        (
+            ("explain", "rules.yaml", "message.json"),
+            {"HEADER_PREFX": "Upstash", "HEADER_PREFIX": "two words"},
+            ["HEADER_PREFX", "HEADER_PREFIX"],
+        ),
+        (
+            ("test", "rules.yaml", "rules.test.yaml"),
+            {"HEADER_PREFX": "Upstash", "HEADER_PREFIX": "two words"},
+            ["HEADER_PREFX", "HEADER_PREFIX"],
+        ),
+    ],
+)
+def test_a_command_names_every_setting_it_lacks_at_once(
+    tmp_path: Path, args: tuple[str, ...], settings: dict[str, str], named: list[str]
+) -> None:
+    """Each command checks the settings it uses as `serve` does: every problem at once, a
+    line each naming its variable, before it does anything (no store made). The rules
+    commands, which run anywhere, read only their own and exit 2, as for a bad option."""
+    result = run_in(tmp_path, *args, **settings)
+    assert result.returncode == (2 if args[0] in ("check", "explain", "test") else 1)
+    assert result.stderr.startswith("Error: RECOVERYD_"), result.stderr
+    lines = result.stderr.removeprefix("Error: ").splitlines()
+    assert [re.sub(r"^RECOVERYD_(\w+): .*", r"\1", line) for line in lines] == named
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_command_says_what_a_missing_setting_is_for(tmp_path: Path) -> None:
+    """rotate-token's lines say what each setting it lacks is needed for."""
+    result = run_in(tmp_path, "rotate-token", **NO_DAEMON)
+    assert result.stderr.splitlines() == [
+        "Error: RECOVERYD_SERVICE_URL: required",
+        "RECOVERYD_CREDENTIALS_FILE: required, or RECOVERYD_CREDENTIALS_KEY: where the "
+        "new token is kept (the key seals it into a PostgreSQL store)",
+        "RECOVERYD_ACCOUNT_USERNAME: required: the token reset's basic credentials "
+        "(a credentials file may hold them instead)",
+        "RECOVERYD_ACCOUNT_PASSWORD: required: the token reset's basic credentials "
+        "(a credentials file may hold them instead)",
+    ]
+
+
+def test_the_rules_commands_read_no_setting_of_the_daemons_but_their_own(tmp_path: Path) -> None:
+    """`check` in an environment made for another daemon (a store it cannot use) checks the
+    rules: only RECOVERYD_RULES is its."""
+    rules = Path(__file__).resolve().parent.parent / "rules.yaml"
+    result = run_in(tmp_path, "check", STORE="mysql://db", RULES=str(rules), LISTEN="nowhere")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{rules}: ok: ")
