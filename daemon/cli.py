@@ -76,9 +76,14 @@ def emulator(host: str, port: int) -> None:
     the ones not set are generated and printed once.
     """
     from daemon.emulator import EmulatorConfig
+    from daemon.emulator.config import EmulatorSettingsError
     from daemon.emulator.server import run
 
-    run(host, port, EmulatorConfig.from_env())
+    try:
+        config = EmulatorConfig.from_env()
+    except EmulatorSettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    run(host, port, config)
 
 
 @main.command()

@@ -6,7 +6,6 @@ and never echoed back, not even in an error about their own value.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -31,13 +30,9 @@ from daemon.durations import parse_duration
 from daemon.listener import ListenerLimits
 from daemon.schedule import parse_schedule
 from daemon.urls import http_url, without_credentials
+from daemon.variables import misspelt
 
 PREFIX = "RECOVERYD_"
-# Kubernetes injects <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_8080_TCP_ADDR... for every
-# Service, "recoveryd" and "recoveryd-metrics" among them: not settings, and not typos.
-_SERVICE_LINK = re.compile(
-    r"_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)$"
-)
 _PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
@@ -408,11 +403,7 @@ def load_settings(
     RECOVERYD_* variable that is no setting is one too, since a misspelt
     RECOVERYD_PUBLIC_URL would silently turn a check off.
     """
-    problems = []
-    for name in sorted(filter(_is_unknown, environ)):
-        near = _nearest(name)
-        hint = f"; did you mean {near}?" if near else ""
-        problems.append(f"{name}: not a recoveryd setting{hint}")
+    problems = misspelt(environ, PREFIX, Settings.model_fields, "a recoveryd setting")
     values = {
         setting: value
         for name, value in environ.items()
@@ -435,20 +426,6 @@ def load_settings(
     if problems:
         raise SettingsError("\n".join(problems))
     return settings
-
-
-def _is_unknown(name: str) -> bool:
-    return (
-        name.startswith(PREFIX)
-        and name.removeprefix(PREFIX) not in Settings.model_fields
-        and not _SERVICE_LINK.search(name)
-    )
-
-
-def _nearest(name: str) -> str | None:
-    # Compared without the shared prefix, which would make every name look close.
-    near = difflib.get_close_matches(name.removeprefix(PREFIX), list(Settings.model_fields), 1)
-    return PREFIX + near[0] if near else None
 
 
 def _lines(exc: ValidationError, values: Mapping[str, Any], daemon: bool) -> list[str]:

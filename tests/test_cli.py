@@ -186,6 +186,21 @@ def test_dev_refuses_a_malformed_duration() -> None:
     assert "e.g. 30s" in result.stderr
 
 
+def test_emulator_names_every_bad_variable_at_once() -> None:
+    """`recoveryd emulator` with bad EMULATOR_* variables lists them all, as serve lists
+    its settings, and exits 1 without a traceback."""
+    env = os.environ | {"EMULATOR_MAX_RPS": "many", "EMULATOR_REFUSE_GONE_DLQ_IDS": "maybe"}
+    result = subprocess.run(
+        [*RECOVERYD, "emulator", "--port", "0"], env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: EMULATOR_MAX_RPS: must be a positive integer; got 'many'\n"
+        "EMULATOR_REFUSE_GONE_DLQ_IDS: must be true or false; got 'maybe'\n"
+    )
+
+
 def test_emulator_serves_until_terminated() -> None:
     """`recoveryd emulator` answers on its port, shows only the credentials it made up,
     and stops cleanly on SIGTERM."""
