@@ -65,7 +65,7 @@ def main() -> None:
     """recoveryd: recovers dead-lettered messages and failed workflow runs."""
 
 
-@main.command()
+@main.command(short_help="Run the local emulator of the service.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8081, show_default=True, type=click.IntRange(0, 65535))
 def emulator(host: str, port: int) -> None:
@@ -86,7 +86,7 @@ def emulator(host: str, port: int) -> None:
     run(host, port, config)
 
 
-@main.command()
+@main.command(short_help="Run the daemon.")
 @click.option(
     "--rules",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -136,7 +136,7 @@ def _header_prefix(given: str | None) -> str:
     return _settings(only=("HEADER_PREFIX",), refused=_RulesSettings, **chosen).HEADER_PREFIX
 
 
-@main.command()
+@main.command(short_help="Validate a rules file.")
 @click.argument("path", type=_RULES_PATH, required=False)
 def check(path: Path | None) -> None:
     """Validate a rules file (default: RECOVERYD_RULES, or rules.yaml).
@@ -150,7 +150,7 @@ def check(path: Path | None) -> None:
     click.echo(f"{path}: ok: {len(ruleset.rules)} rules, {len(ruleset.sweeps)} sweeps")
 
 
-@main.command()
+@main.command(short_help="Which rule a DLQ message matches, and the call it causes.")
 @click.argument("rules", type=_RULES_PATH)
 @click.argument("message", type=_RULES_PATH)
 @_HEADER_PREFIX
@@ -174,7 +174,7 @@ def explain(rules: Path, message: Path, header_prefix: str | None) -> None:
     click.echo(json.dumps(explained(ruleset, data, decision, prefix), indent=2))
 
 
-@main.command("test")
+@main.command("test", short_help="Run rule unit tests.")
 @click.argument("rules", type=_RULES_PATH)
 @click.argument("tests", type=_RULES_PATH)
 @_HEADER_PREFIX
@@ -220,7 +220,7 @@ def _fail(message: str, status: int) -> NoReturn:
     sys.exit(status)
 
 
-@main.command()
+@main.command(short_help="The zero-configuration demo.")
 @click.option(
     "--duration",
     type=_Duration(),
@@ -242,7 +242,7 @@ def dev(duration: float, forever: bool) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-@main.command("rotate-token")
+@main.command("rotate-token", short_help="Rotate the account token now.")
 @click.option(
     "--timeout",
     "wait",
@@ -268,7 +268,7 @@ def rotate_token(wait: float) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-@main.command("set-token")
+@main.command("set-token", short_help="Save a token from the service's console (after a lockout).")
 @click.option(
     "--from",
     "source",
@@ -311,7 +311,7 @@ def set_token(source: str | None, no_check: bool, replace_unreadable: bool) -> N
         raise click.ClickException(str(exc)) from None
 
 
-@main.command()
+@main.command(short_help="Seal the store's credentials under the first key.")
 def reseal() -> None:
     """Seal the credentials kept in the PostgreSQL store again, under the first of
     RECOVERYD_CREDENTIALS_KEY's keys (comma-separated: the first seals, all open), so
@@ -334,7 +334,7 @@ def reseal() -> None:
         raise click.ClickException(str(exc)) from None
 
 
-@main.command()
+@main.command(short_help="The endpoints remove-endpoint rules removed, with their evidence.")
 @click.option("--group", help="Only the removals from this URL Group.")
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON, as the admin API does.")
 def removals(group: str | None, as_json: bool) -> None:
@@ -356,7 +356,7 @@ def removals(group: str | None, as_json: bool) -> None:
     click.echo(json.dumps(found, indent=2) if as_json else described(found))
 
 
-@main.command("restore-endpoint")
+@main.command("restore-endpoint", short_help="Put a removed endpoint back into its URL Group.")
 @click.argument("group")
 @click.argument("name")
 def restore_endpoint(group: str, name: str) -> None:
@@ -381,7 +381,7 @@ def restore_endpoint(group: str, name: str) -> None:
     click.echo(f"restored endpoint {shown} to URL Group {group} (removal {answer['removal']})")
 
 
-@main.command()
+@main.command(short_help="Put final dlqIds back into the pipeline.")
 @click.option(
     "--state",
     "states",
@@ -427,7 +427,7 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
         click.echo(f"would redrive {which}; run again with --yes to do it")
 
 
-@main.command()
+@main.command(short_help="What a sweep would select now, without acting.")
 @click.argument("name")
 @click.option(
     "--dry-run", is_flag=True, help="List what the sweep would select now; act on nothing."

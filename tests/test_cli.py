@@ -56,6 +56,22 @@ def test_help_lists_the_commands() -> None:
     assert "emulator" in result.stdout
 
 
+def test_help_describes_each_command_in_full_as_the_docs_do() -> None:
+    """`recoveryd --help` gives each command the description of docs/cli.md's table,
+    whole: none is cut short with "...", even on a narrow terminal."""
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    table = dict(re.findall(r"^\| \[`recoveryd ([\w-]+)`\]\(#[\w-]+\) \| (.+) \|$", docs, re.M))
+    result = subprocess.run(
+        [*RECOVERYD, "--help"], env=os.environ | {"COLUMNS": "80"}, capture_output=True,
+        text=True, timeout=60, check=True,
+    )  # fmt: skip
+    listed = result.stdout.split("Commands:\n")[1]
+    assert "..." not in listed
+    described = dict(re.findall(r"^  ([\w-]+) +(.+(?:\n {4,}\S.*)*)", listed, re.M))
+    flat = {name: " ".join(text.split()) for name, text in described.items()}
+    assert flat == {name: text[0].upper() + text[1:] + "." for name, text in table.items()}
+
+
 def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     """`recoveryd dev` runs the real daemon against the emulator: a line per decision,
     service call, notification, endpoint removal and sweep run as they happen, then a
