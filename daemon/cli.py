@@ -147,7 +147,10 @@ def check(path: Path | None) -> None:
     settings = _settings(only=("RULES",), refused=_RulesSettings)
     path = path or settings.RULES
     ruleset = _load_rules(path)
-    click.echo(f"{path}: ok: {len(ruleset.rules)} rules, {len(ruleset.sweeps)} sweeps")
+    from daemon.words import counted
+
+    rules, sweeps = counted(len(ruleset.rules), "rule"), counted(len(ruleset.sweeps), "sweep")
+    click.echo(f"{path}: ok: {rules}, {sweeps}")
 
 
 @main.command(short_help="Which rule a DLQ message matches, and the call it causes.")
@@ -183,6 +186,7 @@ def test_rules(rules: Path, tests: Path, header_prefix: str | None) -> None:
     any fails or a file has problems, 2 when a file cannot be read."""
     from daemon.rules import FileError, Unreadable
     from daemon.rules.testing import load_tests, run_tests
+    from daemon.words import counted
 
     prefix = _header_prefix(header_prefix)
     ruleset = _load_rules(rules)
@@ -199,7 +203,9 @@ def test_rules(rules: Path, tests: Path, header_prefix: str | None) -> None:
         for failure in outcome.failures:
             click.echo(f"    {failure}")
     failed = sum(not outcome.passed for outcome in outcomes)
-    click.echo(f"{len(outcomes)} tests, {len(outcomes) - failed} passed, {failed} failed")
+    click.echo(
+        f"{counted(len(outcomes), 'test')}, {len(outcomes) - failed} passed, {failed} failed"
+    )
     if failed:
         sys.exit(1)
 
@@ -406,6 +412,7 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
     from daemon.logs import configure_command_logging
     from daemon.redrive import RedriveError, RedriveFilter, redrive_now
     from daemon.store import StoreMissing
+    from daemon.words import counted
 
     settings = _settings()
     configure_command_logging(settings)
@@ -420,7 +427,7 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
         click.echo(dlq_id)
     if len(listed) < count:
         click.echo(f"... and {count - len(listed)} more")
-    which = f"{count} dlqId(s) in state {', '.join(states)}"
+    which = f"{counted(count, 'dlqId')} in state {', '.join(states)}"
     if yes:
         click.echo(f"redriven: {which}; they will be fetched and decided again")
     else:

@@ -76,6 +76,7 @@ from daemon.store import Store, open_store
 from daemon.store.records import OVER_BUDGET
 from daemon.store.sweep_records import SweepRun
 from daemon.uvicorn_version import unsupported
+from daemon.words import counted, plural
 
 Echo = Callable[[str], None]
 WAVE_EVERY = 2.0  # seconds between waves of published runs
@@ -274,7 +275,7 @@ def _decided(event: Event) -> Line:
 
 
 def _batch_sent(event: Event) -> Line:
-    runs = f"{event['dlq_ids']} dlqIds, {event['runs']} new runs"
+    runs = f"{counted(event['dlq_ids'], 'dlqId')}, {counted(event['runs'], 'new run')}"
     return "sent", f"{event['action']} batch {event['batch']}: {runs}"
 
 
@@ -307,9 +308,9 @@ def _not_removed(event: Event) -> Line:
 def _swept(event: Event) -> Line:
     n, result = event["workflows"], event["result"]
     if result == "dry-run":
-        what = f"{_plural(n, 'run')} selected, none recovered (dry run)"
+        what = f"{counted(n, 'run')} selected, none recovered (dry run)"
     else:
-        what = f"{_plural(n, 'run')} recovered" if n else "nothing to recover"
+        what = f"{counted(n, 'run')} recovered" if n else "nothing to recover"
     if result not in ("success", "dry-run"):
         what += f" ({result}: {event['error']})"
     return "swept", f"sweep {event['sweep']} run {event['run']}: {what}"
@@ -334,10 +335,6 @@ _QUIET = {
 }
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def _restore_command(group: str, endpoint: str) -> str:
     return f"recoveryd restore-endpoint {shlex.quote(group)} {shlex.quote(endpoint)}"
 
@@ -356,7 +353,8 @@ def _delivered(delivery: Delivery, run: Run | None, missed: set[str]) -> Line:
     answer = f"{who}: {message.method} {urlsplit(message.url).path} -> {delivery.last_status}"
     if delivery.state == "delivered":
         return "ok", answer
-    return "dead", f"{answer} ({delivery.attempts} attempts), dead-lettered as {delivery.dlq_id}"
+    tries = counted(delivery.attempts, "attempt")
+    return "dead", f"{answer} ({tries}), dead-lettered as {delivery.dlq_id}"
 
 
 def _call(call: Call) -> str:
@@ -364,7 +362,8 @@ def _call(call: Call) -> str:
     (a sweep's) its filter."""
     ids = [value for name, value in call.query if name == "dlqIds"]
     if ids:
-        shown = f" ({len(ids)} dlqIds: {', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})"
+        more = ", ..." if len(ids) > 4 else ""
+        shown = f" ({counted(len(ids), 'dlqId')}: {', '.join(ids[:4])}{more})"
     elif call.query:
         shown = f" ({', '.join(f'{name}={value}' for name, value in call.query)})"
     else:
@@ -626,18 +625,21 @@ def _callback_lines(echo: Echo, found: Recorded, emulator: Emulator) -> int:
     states, records = found.states, found.records
     done = Counter(record["action"] for record in records if record["state"] == "done")
     recovered = sum(done[action] for action in RECOVERED)
-    counted = done["remove-endpoint"]
-    reported = done.total() - recovered - counted  # a notify rule that does not `continue`
+    towards_removal = done["remove-endpoint"]
+    reported = done.total() - recovered - towards_removal  # a notify rule that does not `continue`
     over_budget = sum(
         r["state"] == "skipped" and (r["reason"] or "").startswith(OVER_BUDGET) for r in records
     )
     in_flight = states["received"] + states["decided"] + states["batched"]
-    echo(_row("received", sum(states.values()), "failure callbacks, each counted once below"))
+    received = sum(states.values())
+    callbacks = plural(received, "failure callback")
+    echo(_row("received", received, f"{callbacks}, each counted once below"))
     fates = _recovered(records, emulator)
-    echo(_row("recovered", recovered, f"runs resumed or restarted: {fates}"))
+    echo(_row("recovered", recovered, f"{plural(recovered, 'run')} resumed or restarted: {fates}"))
     enough = "by a rule's budget: that workflow was recovered enough times"
     echo(_row("stopped", over_budget, enough))
-    echo(_row("counted", counted, "failures of a dead endpoint, towards removing it"))
+    failures = plural(towards_removal, "failure")
+    echo(_row("counted", towards_removal, f"{failures} of a dead endpoint, towards removing it"))
     if reported:
         echo(_row("reported", reported, "decided by a notify rule: posting was all to do"))
     echo(_row("skipped", states["skipped"] - over_budget, "ignored, or the action did not apply"))
@@ -651,13 +653,15 @@ def _callback_lines(echo: Echo, found: Recorded, emulator: Emulator) -> int:
 
 def _notified_line(echo: Echo, records: list[dict[str, Any]]) -> None:
     sent = sum(n["state"] == "sent" for record in records for n in record["notifications"])
-    echo(_row("notified", sent, "summaries delivered to the webhook (for dlqIds counted above)"))
+    summaries = plural(sent, "summary", "summaries")
+    echo(_row("notified", sent, f"{summaries} delivered to the webhook (for dlqIds counted above)"))
 
 
 def _removal_lines(echo: Echo, removals: list[dict[str, Any]]) -> None:
     """The endpoints removed; then each threshold reached, with what came of it."""
     removed = sum(removal["state"] == "removed" for removal in removals)
-    echo(_row("removed", removed, "dead endpoints taken out of their URL Group"))
+    endpoints = plural(removed, "dead endpoint")
+    echo(_row("removed", removed, f"{endpoints} taken out of their URL Group"))
     for removal in removals:
         echo(INDENT + _removal(removal))
 
@@ -666,7 +670,7 @@ def _removal(removal: dict[str, Any]) -> str:
     endpoint = removal["endpoint"]["name"] or removal["endpoint"]["url"]
     group, state, evidence = removal["urlGroup"], removal["state"], removal["evidence"]
     statuses = ", ".join(sorted({str(failure["responseStatus"]) for failure in evidence}))
-    text = f"{endpoint} from {group} after {_plural(len(evidence), 'failure')} ({statuses})"
+    text = f"{endpoint} from {group} after {counted(len(evidence), 'failure')} ({statuses})"
     if state == "removed":
         return f"{text}; undo: {_restore_command(group, endpoint)}"
     return f"{text}: {state}, {removal['reason'] or 'under way when recoveryd stopped'}"
@@ -686,9 +690,9 @@ def _sweep_line(echo: Echo, spec: SweepSpec, runs: list[SweepRun], emulator: Emu
     ]
     by_id = {run.workflow_run_id: run for run in emulator.store.runs}
     fates = _fates(emulator, (by_id.get(run_id) for run_id in made))
-    how = f"runs {RECOVERED[spec.action]} by sweep {spec.name}: {fates}"
+    how = f"{plural(len(made), 'run')} {RECOVERED[spec.action]} by sweep {spec.name}: {fates}"
     echo(_row("swept", len(made), how))
-    ran = _plural(len(runs), "time")
+    ran = counted(len(runs), "time")
     echo(f"{INDENT}(found by its filter, not by a failure callback; the sweep ran {ran})")
     return len(made)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -14,6 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from daemon.store import open_store
+from tests.store.support import settled
 
 RECOVERYD = [sys.executable, "-m", "daemon"]
 
@@ -95,19 +99,19 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     assert re.search(r"decided +\S+  restart-billing-on-5xx -> restart\n", live)
     assert re.search(r"decided +\S+  resume-transient-failures -> resume\n", live)
     assert re.search(r"decided +\S+  ignore-canaries -> ignore \(skipped\)", live)
-    assert re.search(r"call +POST /v2/workflows/dlq/restart -> 200 \(\d+ dlqIds: ", live)
-    assert re.search(r"sent +restart batch \d+: \d+ dlqIds, \d+ new runs", live)
-    assert re.search(r"sent +resume batch \d+: \d+ dlqIds, \d+ new runs", live)
+    assert re.search(r"call +POST /v2/workflows/dlq/restart -> 200 \(\d+ dlqIds?: ", live)
+    assert re.search(r"sent +restart batch \d+: \d+ dlqIds?, \d+ new runs?", live)
+    assert re.search(r"sent +resume batch \d+: \d+ dlqIds?, \d+ new runs?", live)
     assert re.search(r"ok +restarted run of \S+: POST /billing -> 200", live)
     recovered = re.search(
-        r"\n  recovered +(\d+)  runs resumed or restarted: "
+        r"\n  recovered +(\d+)  runs? resumed or restarted: "
         r"(\d+) succeeded, (\d+) failed again, (\d+) still running\n",
         summary,
     )
     assert recovered is not None, summary
     runs, succeeded, failed_again, running = map(int, recovered.groups())
     assert runs == succeeded + failed_again + running
-    assert runs == sum(int(n) for n in re.findall(r"sent +\w+ batch \d+: .*, (\d+) new runs", live))
+    assert runs == sum(int(n) for n in re.findall(r"sent +\w+ batch \d+: .*, (\d+) new run", live))
     assert succeeded == len(re.findall(r"\bok +(restarted|resumed) run of ", live))
     assert failed_again == len(re.findall(r"\bdead +(restarted|resumed) run of ", live))
     assert succeeded < runs  # /reports fails for good: its resumed runs never succeed
@@ -117,7 +121,9 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
         r"notified +\S+  page-on-workflow-4xx posted to http://127\.0\.0\.1:", live
     )
     assert notified
-    assert re.search(rf"\n  notified +{len(notified)}  summaries delivered to the webhook", summary)
+    assert re.search(
+        rf"\n  notified +{len(notified)}  summar(y|ies) delivered to the webhook", summary
+    )
 
     # remove-endpoint
     legacy = re.findall(r"dead +orders/legacy: POST /orders-legacy -> 410 \(3 attempts\)", live)
@@ -132,18 +138,18 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     assert len(removed) == 1
     assert read < deleted < live.index("removed   endpoint legacy")
     assert re.search(
-        r"\n  removed +1  dead endpoints taken out of their URL Group\n"
+        r"\n  removed +1  dead endpoint taken out of their URL Group\n"
         rf" +legacy from orders after \d+ failures \(410\); {undo}\n",
         summary,
     )
-    assert re.search(rf"\n  counted +{len(legacy)}  failures of a dead endpoint", summary)
+    assert re.search(rf"\n  counted +{len(legacy)}  failures? of a dead endpoint", summary)
 
     # the sweep, of the dead letters whose failure callbacks never reached recoveryd
     assert re.search(r"call +POST /v2/workflows/dlq/resume -> 200 \(.*CALLBACK_FAIL", live)
     sweep_runs = re.findall(r"swept +sweep nightly-resume run \d+: (\d+) runs? recovered", live)
     assert sweep_runs
     swept = re.search(
-        r"\n  swept +(\d+)  runs resumed by sweep nightly-resume: "
+        r"\n  swept +(\d+)  runs? resumed by sweep nightly-resume: "
         r"(\d+) succeeded, (\d+) failed again, (\d+) still running\n",
         summary,
     )
@@ -162,7 +168,7 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     )
     assert set(counts) >= {"stopped", "counted", "skipped", "gone", "failed", "dry-run"}
     assert int(counts["stopped"]) == len(re.findall(r"stopped +\S+  \S+: budget spent", live))
-    received = re.search(r"\n  received +(\d+)  failure callbacks", summary)
+    received = re.search(r"\n  received +(\d+)  failure callbacks?", summary)
     assert received is not None
     assert int(received.group(1)) == runs + sum(map(int, counts.values()))
     assert re.search(r"calls made +\d+ .*: \d+\.\d per recovered run", summary)
@@ -353,3 +359,45 @@ def test_the_rules_commands_read_no_setting_of_the_daemons_but_their_own(tmp_pat
     result = run_in(tmp_path, "check", STORE="mysql://db", RULES=str(rules), LISTEN="nowhere")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"{rules}: ok: ")
+
+
+def test_check_and_test_count_one_rule_one_sweep_one_test_in_the_singular(
+    tmp_path: Path,
+) -> None:
+    """`1 rule, 1 sweep`, `1 test`: never `1 rules`."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\n"
+        "rules:\n"
+        "  - name: everything\n"
+        "    match: {}\n"
+        "    action: ignore\n"
+        "sweeps:\n"
+        "  - name: nightly\n"
+        "    schedule: 0 3 * * *\n"
+        "    action: resume\n"
+        "    filter: {fromDate: -24h}\n"
+    )
+    tests = tmp_path / "rules.test.yaml"
+    tests.write_text(
+        "tests:\n  - name: all ignored\n    message: {dlqId: d1}\n    expect: {rule: everything}\n"
+    )
+    checked = run_in(tmp_path, "check", "rules.yaml")
+    assert checked.stdout == "rules.yaml: ok: 1 rule, 1 sweep\n", checked.stderr
+    tested = run_in(tmp_path, "test", "rules.yaml", "rules.test.yaml")
+    assert tested.stdout.splitlines()[-1] == "1 test, 1 passed, 0 failed", tested.stderr
+
+
+def test_redrive_counts_one_dlq_id_in_the_singular(tmp_path: Path) -> None:
+    """`would redrive 1 dlqId`, not `1 dlqId(s)`."""
+
+    async def one_failed() -> None:
+        async with open_store(f"sqlite:///{tmp_path / 'recoveryd.db'}") as store:
+            await settled(store, ["dlq-1"], "failed", now=time.time())
+
+    asyncio.run(one_failed())
+    result = run_in(tmp_path, "redrive", **NO_DAEMON)
+    assert result.stdout.splitlines() == [
+        "dlq-1",
+        "would redrive 1 dlqId in state failed; run again with --yes to do it",
+    ], result.stderr

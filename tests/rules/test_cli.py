@@ -486,7 +486,7 @@ def test_test_reads_the_header_prefix_from_the_daemons_setting(tmp_path: Path) -
     env: dict[str, str | None] = {"RECOVERYD_HEADER_PREFIX": "Upstash"}
     result = invoke("test", rules, tests, env=env)
     assert result.exit_code == 0, result.stdout
-    assert result.stdout.endswith("1 tests, 1 passed, 0 failed\n")
+    assert result.stdout.endswith("1 test, 1 passed, 0 failed\n")
     flagged = invoke("test", rules, tests, "--header-prefix", "Service", env=env)
     assert flagged.exit_code == 1
     assert "    expected rule 'restart-on-503', got none (no rule matches)\n" in flagged.stdout
