@@ -67,6 +67,7 @@ from daemon.emulator.delivery import Delivery
 from daemon.emulator.emulator import PublishRequest
 from daemon.emulator.journal import Call
 from daemon.emulator.state import Endpoint, Run, SeedMessage
+from daemon.logs import iso_times
 from daemon.pipeline import Tuning
 from daemon.rules import FileError, Unreadable, load_rules
 from daemon.rules.model import SweepSpec
@@ -226,8 +227,8 @@ class Live:
         if name in _EVENT_LINES:
             self.line(*_EVENT_LINES[name](event))
         elif name not in _QUIET and method != "debug":
-            details = " ".join(f"{key}={value}" for key, value in event.items())
-            self.line(method, f"{name} {details}")
+            details = [f"{key}={value}" for key, value in iso_times(logger, method, event).items()]
+            self.line(method, " ".join([name, *details]))
         raise structlog.DropEvent
 
     @contextlib.contextmanager

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from daemon.dev import _batch_sent, _call, _notified_line, _removal_lines
+import pytest
+import structlog
+
+from daemon.dev import Live, _batch_sent, _call, _notified_line, _removal_lines
+from daemon.emulator import EmulatorConfig, create_app
 from daemon.emulator.journal import Call
 
 
@@ -28,4 +32,21 @@ def test_a_summary_row_of_one_puts_its_noun_in_the_singular() -> None:
     assert [" ".join(line.split()) for line in lines] == [
         "notified 1 summary delivered to the webhook (for dlqIds counted above)",
         "removed 0 dead endpoints taken out of their URL Group",
+    ]
+
+
+def test_other_log_events_show_times_in_iso_8601_and_end_with_their_words() -> None:
+    """An event without a line of its own is shown as it is, its times in ISO 8601 and no
+    space left after its last word."""
+    lines: list[str] = []
+    live = Live(lines.append, create_app(EmulatorConfig()).state.emulator)
+    for event in (
+        {"event": "this replica runs the singleton jobs"},
+        {"event": "sweep still running", "sweep": "nightly", "next_run_at": 1795834800.0},
+    ):
+        with pytest.raises(structlog.DropEvent):
+            live.on_log(None, "info", event)
+    assert [line.split(maxsplit=1)[1] for line in lines] == [
+        "info      this replica runs the singleton jobs",
+        "info      sweep still running sweep=nightly next_run_at=2026-11-28T03:00:00Z",
     ]
