@@ -52,7 +52,7 @@ from collections.abc import (
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import structlog
 import uvicorn
@@ -194,9 +194,25 @@ class Live:
         self.calls_seen = 0
         self.deliveries_seen: set[str] = set()
         self.missed: set[str] = set()  # dlqIds only a sweep finds: their new runs are swept
+        # With --forever, the running daemon's admin URL: hints that work while it runs.
+        self.admin: str | None = None
+        # Lines of what happens before the header is out (recoveryd logs as it starts):
+        # they follow it (`begin`), so the banner comes first.
+        self.held: list[str] | None = []
 
     def line(self, what: str, text: str) -> None:
-        self.echo(f"{time.monotonic() - self.started:6.1f}s  {what:<9} {text}")
+        shown = f"{time.monotonic() - self.started:6.1f}s  {what:<9} {text}"
+        if self.held is None:
+            self.echo(shown)
+        else:
+            self.held.append(shown)
+
+    def begin(self) -> None:
+        """The header is out: the lines held back until now follow it, the others as
+        they happen."""
+        held, self.held = self.held or [], None
+        for shown in held:
+            self.echo(shown)
 
     def flush(self) -> None:
         """What the emulator did since the last flush, in the order cause and effect
@@ -225,7 +241,11 @@ class Live:
         self.flush()  # the calls and dead letters that led to this event come first
         name = event.pop("event")
         if name in _EVENT_LINES:
-            self.line(*_EVENT_LINES[name](event))
+            what, text = _EVENT_LINES[name](event)
+            if name == "endpoint removed" and self.admin is not None:
+                undo = _restore_call(self.admin, event["url_group"], event["endpoint"])
+                text += f"; undo while the demo runs: {undo}"
+            self.line(what, text)
         elif name not in _QUIET and method != "debug":
             details = [f"{key}={value}" for key, value in iso_times(logger, method, event).items()]
             self.line(method, " ".join([name, *details]))
@@ -295,10 +315,7 @@ def _over_budget(event: Event) -> Line:
 
 def _removed(event: Event) -> Line:
     group, endpoint = event["url_group"], event["endpoint"]
-    return "removed", (
-        f"endpoint {endpoint} from URL Group {group} ({event['rule']}); "
-        f"undo: {_restore_command(group, endpoint)}"
-    )
+    return "removed", f"endpoint {endpoint} from URL Group {group} ({event['rule']})"
 
 
 def _not_removed(event: Event) -> Line:
@@ -336,8 +353,12 @@ _QUIET = {
 }
 
 
-def _restore_command(group: str, endpoint: str) -> str:
-    return f"recoveryd restore-endpoint {shlex.quote(group)} {shlex.quote(endpoint)}"
+def _restore_call(admin: str, group: str, endpoint: str) -> str:
+    """The admin API call that puts `endpoint` back, on the demo's running daemon: the
+    demo's store and daemon are gone once it stops, and `recoveryd restore-endpoint`
+    with them."""
+    path = f"/api/v1/removals/{quote(group, safe='')}/{quote(endpoint, safe='')}/restore"
+    return f"curl -X POST {shlex.quote(admin + path)}"
 
 
 def _delivered(delivery: Delivery, run: Run | None, missed: set[str]) -> Line:
@@ -407,6 +428,8 @@ async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
                     f"a wave of workflow runs, and a message to URL Group {GROUP}, every "
                     f"{WAVE_EVERY:g}s, until {until}:"
                 )
+                live.admin = at.admin if forever else None
+                live.begin()
                 async with live.watching():
                     await _traffic(emulator, workflows, app_url, callbacks, duration, forever)
                 live.line("stop", "traffic stopped; recoveryd finishes what is under way")
@@ -415,6 +438,8 @@ async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
             # the summary, so the two agree.
             live.flush()
             _summary(echo, found, emulator, sweeps, time.monotonic() - live.started)
+            if not forever:
+                echo("`recoveryd dev --forever` keeps it all running until Ctrl-C, to look around.")
 
 
 def _sweeps(rules: Path) -> tuple[SweepSpec, ...]:
@@ -445,7 +470,7 @@ def _header(
     forever: bool,
 ) -> None:
     """What runs where, what fails how, and what the demo's copy of the rules changes."""
-    echo("recoveryd dev: the service emulator, a workflow app and recoveryd")
+    echo("recoveryd dev: the service emulator, a workflow app and recoveryd, while it runs")
     echo(f"  emulator   {at.emulator}  (control API under /_emulator/)")
     echo(f"  workflows  {at.app}  /billing 503 for {outage:g}s, then 200;")
     echo("             /reports 500 for good, /canary 503, /signup 422, /shipping 200;")
@@ -458,9 +483,9 @@ def _header(
         every = f'every {SWEEP_EVERY} (in the file: "{spec.schedule}")'
         echo(f"             sweep {spec.name} runs {every}")
     if forever:
-        echo(f"poke at {at.admin}/api/v1/dlq/<dlqId>, {at.admin}/api/v1/removals,")
-        echo(f"  {at.admin}/api/v1/sweeps and {at.emulator}/_emulator/runs; put legacy back with")
-        echo(f"  curl -X POST {at.admin}/api/v1/removals/{GROUP}/legacy/restore")
+        echo(f"while it runs, poke at {at.admin}/api/v1/dlq/<dlqId>, {at.admin}/api/v1/removals,")
+        echo(f"  {at.admin}/api/v1/sweeps and {at.emulator}/_emulator/runs; once legacy is")
+        echo(f"  removed, {_restore_call(at.admin, GROUP, 'legacy')} puts it back")
 
 
 @contextlib.asynccontextmanager
@@ -659,12 +684,15 @@ def _notified_line(echo: Echo, records: list[dict[str, Any]]) -> None:
 
 
 def _removal_lines(echo: Echo, removals: list[dict[str, Any]]) -> None:
-    """The endpoints removed; then each threshold reached, with what came of it."""
+    """The endpoints removed; then each threshold reached, with what came of it; then
+    how a removal is undone where the store outlives the command (not the demo's)."""
     removed = sum(removal["state"] == "removed" for removal in removals)
-    endpoints = plural(removed, "dead endpoint")
-    echo(_row("removed", removed, f"{endpoints} taken out of their URL Group"))
+    endpoints, their = plural(removed, "dead endpoint"), plural(removed, "its", "their")
+    echo(_row("removed", removed, f"{endpoints} taken out of {their} URL Group"))
     for removal in removals:
         echo(INDENT + _removal(removal))
+    if removed:
+        echo(f"{INDENT}(in a deployment, `recoveryd restore-endpoint GROUP NAME` puts one back)")
 
 
 def _removal(removal: dict[str, Any]) -> str:
@@ -673,7 +701,7 @@ def _removal(removal: dict[str, Any]) -> str:
     statuses = ", ".join(sorted({str(failure["responseStatus"]) for failure in evidence}))
     text = f"{endpoint} from {group} after {counted(len(evidence), 'failure')} ({statuses})"
     if state == "removed":
-        return f"{text}; undo: {_restore_command(group, endpoint)}"
+        return text
     return f"{text}: {state}, {removal['reason'] or 'under way when recoveryd stopped'}"
 
 

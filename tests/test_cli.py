@@ -88,6 +88,7 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     emulator's runs; every failure callback received is counted on one line."""
     result = run("dev", "--duration", "12s")
     assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("recoveryd dev: ")  # the banner first, then any line
     header, rest = result.stdout.split(" until 12s:\n")
     live, summary = rest.split("\nsummary after ")
     assert 'sweep nightly-resume runs every 8s (in the file: "0 3 * * *")' in header
@@ -131,16 +132,23 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     assert re.search(r"decided +\S+  prune-dead-endpoints -> remove-endpoint \(", live)
     read = live.index("call      GET /v2/topics/orders -> 200")
     deleted = live.index("call      DELETE /v2/topics/orders/endpoints -> 200")
-    undo = "undo: recoveryd restore-endpoint orders legacy"
     removed = re.findall(
-        rf"removed +endpoint legacy from URL Group orders \(prune-dead-endpoints\); {undo}\n", live
+        r"removed +endpoint legacy from URL Group orders \(prune-dead-endpoints\)\n", live
     )
     assert len(removed) == 1
     assert read < deleted < live.index("removed   endpoint legacy")
     assert re.search(
-        r"\n  removed +1  dead endpoint taken out of their URL Group\n"
-        rf" +legacy from orders after \d+ failures \(410\); {undo}\n",
+        r"\n  removed +1  dead endpoint taken out of its URL Group\n"
+        r" +legacy from orders after \d+ failures \(410\)\n",
         summary,
+    )
+    # Its daemon and store are gone once it stops: no hint that would need them. What
+    # works after it is said: the command for a deployment, and --forever to try it.
+    assert "recoveryd restore-endpoint orders legacy" not in result.stdout
+    assert "curl" not in result.stdout
+    assert "recoveryd restore-endpoint GROUP NAME" in summary
+    assert summary.endswith(
+        "`recoveryd dev --forever` keeps it all running until Ctrl-C, to look around.\n"
     )
     assert re.search(rf"\n  counted +{len(legacy)}  failures? of a dead endpoint", summary)
 
@@ -175,7 +183,9 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
 
 
 def test_dev_forever_keeps_running_until_interrupted() -> None:
-    """With --forever the URLs are printed and stay up; Ctrl-C ends it with the summary."""
+    """With --forever the URLs are printed and stay up, with hints that say they work
+    while it runs, and do: the removal's undo puts legacy back. Ctrl-C ends it with the
+    summary."""
     process = subprocess.Popen(
         [*RECOVERYD, "dev", "--forever"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -184,13 +194,17 @@ def test_dev_forever_keeps_running_until_interrupted() -> None:
     try:
         assert process.stdout is not None
         lines: list[str] = []
-        while not any(" decided " in line for line in lines):
+        while not any(" removed " in line for line in lines):
             line = process.stdout.readline()
             assert line, "".join(lines)
             lines.append(line)
         [admin] = re.findall(r"admin (http://\S+)", "".join(lines))
         status = httpx.get(admin).json()
         assert sum(status["states"].values()) >= 1
+        [undo] = re.findall(r"; undo while the demo runs: curl -X POST (\S+)\n", lines[-1])
+        restored = httpx.post(undo)
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["endpoint"]["name"] == "legacy"
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
     finally:
@@ -198,6 +212,7 @@ def test_dev_forever_keeps_running_until_interrupted() -> None:
         process.kill()
     assert process.returncode == 0, err
     assert "until Ctrl-C" in "".join(lines)
+    assert "while it runs" in "".join(lines)
     assert "\nsummary after " in out
 
 

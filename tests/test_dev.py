@@ -40,6 +40,7 @@ def test_other_log_events_show_times_in_iso_8601_and_end_with_their_words() -> N
     space left after its last word."""
     lines: list[str] = []
     live = Live(lines.append, create_app(EmulatorConfig()).state.emulator)
+    live.begin()  # the header is out
     for event in (
         {"event": "this replica runs the singleton jobs"},
         {"event": "sweep still running", "sweep": "nightly", "next_run_at": 1795834800.0},
