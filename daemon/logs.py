@@ -119,3 +119,6 @@ def configure_command_logging(settings: Settings) -> None:
     daemon, whose log a machine collects, not a command run by hand."""
     asked = "LOG_FORMAT" in settings.model_fields_set  # set in the environment, not defaulted
     configure_logging(settings.LOG_FORMAT if asked else "console", logging.WARNING)
+    # The pool warns at each failed try to reach PostgreSQL, in the daemon's log the story
+    # of an outage; a command says once why it could not open the store (its error).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)

@@ -416,3 +416,20 @@ def test_redrive_counts_one_dlq_id_in_the_singular(tmp_path: Path) -> None:
         "dlq-1",
         "would redrive 1 dlqId in state failed; run again with --yes to do it",
     ], result.stderr
+
+
+def test_a_postgresql_store_that_cannot_be_reached_is_one_line_saying_why(
+    tmp_path: Path,
+) -> None:
+    """The server's own reason, once, on one line: no warning per connection attempt
+    before it, no password in it."""
+    store = "postgresql://recoveryd:s3cret@127.0.0.1:1/recoveryd"
+    result = run_in(tmp_path, "removals", STORE=store, **NO_DAEMON)
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        "Error: RECOVERYD_STORE: cannot open the PostgreSQL store "
+        "postgresql://***@127.0.0.1:1/recoveryd: connection failed: "
+    )
+    assert "Connection refused" in line
+    assert "s3cret" not in result.stderr

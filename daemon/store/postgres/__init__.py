@@ -134,7 +134,12 @@ class PostgresStore:
                 await _migrate(connection, create, shown)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             await pool.close()
-            said = _said(exc)
+            said = (
+                await _refusal(url, connect_timeout)
+                if isinstance(exc, psycopg_pool.PoolTimeout)
+                else None
+            )
+            said = said or _said(exc)
             raise StoreUnavailable(f"cannot open the PostgreSQL store {shown}: {said}") from None
         except StoreMissing:
             await pool.close()
@@ -671,6 +676,20 @@ async def _migrate(connection: Connection, create: bool = True, shown: str = "")
             )
         else:
             await connection.execute("UPDATE recoveryd_schema SET version = %s", (len(MIGRATIONS),))
+
+
+async def _refusal(url: str, connect_timeout: float) -> str | None:
+    """Why the server took no connection, in its words (refused, no such database, a
+    password refused), from one more try: the pool says only that it waited. None if
+    that one goes through."""
+    try:
+        connection = await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=max(1, int(connect_timeout))
+        )
+    except psycopg.Error as exc:
+        return _said(exc)
+    await connection.close()
+    return None
 
 
 def _said(exc: BaseException) -> str:
