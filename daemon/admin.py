@@ -48,6 +48,7 @@ from daemon.web import (
     error,
     with_listener_refusals,
 )
+from daemon.words import counted
 
 log = structlog.get_logger(__name__)
 
@@ -241,7 +242,9 @@ def admin_app(
         try:
             ruleset = await rules.reload()
         except FileError as exc:
-            error = f"{len(exc.problems)} problem(s) in the rules file; the running rules stay"
+            error = (
+                f"{counted(len(exc.problems), 'problem')} in the rules file; the running rules stay"
+            )
             problems = [str(problem) for problem in exc.problems]
             return JSONResponse({"error": error, "problems": problems}, 400)
         except Unreadable as exc:

@@ -255,7 +255,7 @@ async def credentials_in_use(settings: Settings) -> Credentials:
     RECOVERYD_CREDENTIALS_KEY, where rotations and `recoveryd set-token` leave them."""
     if settings.CREDENTIALS_KEY is None:
         return (await initial_credentials(settings, None))[0]
-    async with open_store(settings.STORE, release_leases=False) as store:
+    async with open_store(settings.STORE, release_leases=False, create=False) as store:
         return (await initial_credentials(settings, vault_for(settings, store)))[0]
 
 

@@ -6,12 +6,16 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from daemon.durations import parse_duration
+
+if TYPE_CHECKING:
+    from daemon.settings import Need, Settings
 
 
 class _Duration(click.ParamType[float]):
@@ -28,13 +32,40 @@ class _Duration(click.ParamType[float]):
             self.fail(str(exc), param, ctx)
 
 
+class _RulesSettings(click.ClickException):
+    """Settings of check, explain or test with problems. These run anywhere (CI, a
+    laptop), away from the daemon's environment: they read only their own settings, and
+    a problem with one exits 2, as a bad option does (1 is for rules with problems)."""
+
+    exit_code = 2
+
+
+def _settings(
+    *require: str | Need,
+    only: Collection[str] | None = None,
+    refused: type[click.ClickException] = click.ClickException,
+    **given: Any,
+) -> Settings:
+    """The settings a command uses, checked as `serve` checks its own (load_settings):
+    every problem at once, a line each naming its variable, before the command does
+    anything; `refused` (exit 1 unless it says otherwise) says them. `require`: what this
+    command needs that others may leave out; `only`: the settings read by a command that
+    runs away from the daemon's environment; `given`: the values its options set."""
+    from daemon.settings import SettingsError, load_settings
+
+    try:
+        return load_settings(os.environ, require=require, daemon=False, only=only, **given)
+    except SettingsError as exc:
+        raise refused(str(exc)) from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="recoveryd")
 def main() -> None:
     """recoveryd: recovers dead-lettered messages and failed workflow runs."""
 
 
-@main.command()
+@main.command(short_help="Run the local emulator of the service.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8081, show_default=True, type=click.IntRange(0, 65535))
 def emulator(host: str, port: int) -> None:
@@ -45,12 +76,17 @@ def emulator(host: str, port: int) -> None:
     the ones not set are generated and printed once.
     """
     from daemon.emulator import EmulatorConfig
+    from daemon.emulator.config import EmulatorSettingsError
     from daemon.emulator.server import run
 
-    run(host, port, EmulatorConfig.from_env())
+    try:
+        config = EmulatorConfig.from_env()
+    except EmulatorSettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    run(host, port, config)
 
 
-@main.command()
+@main.command(short_help="Run the daemon.")
 @click.option(
     "--rules",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -89,15 +125,18 @@ _RULES_PATH = click.Path(dir_okay=False, path_type=Path)
 _HEADER_PREFIX = click.option(
     "--header-prefix",
     type=_HeaderPrefix(),
-    envvar="RECOVERYD_HEADER_PREFIX",
-    show_envvar=True,
-    default="Service",
-    show_default=True,
-    help="Prefix of the service's headers (Upstash for QStash).",
+    help="Prefix of the service's headers (Upstash for QStash). Default: "
+    "RECOVERYD_HEADER_PREFIX, or Service.",
 )
 
 
-@main.command()
+def _header_prefix(given: str | None) -> str:
+    """--header-prefix, else RECOVERYD_HEADER_PREFIX, else Service."""
+    chosen = {} if given is None else {"HEADER_PREFIX": given}
+    return _settings(only=("HEADER_PREFIX",), refused=_RulesSettings, **chosen).HEADER_PREFIX
+
+
+@main.command(short_help="Validate a rules file.")
 @click.argument("path", type=_RULES_PATH, required=False)
 def check(path: Path | None) -> None:
     """Validate a rules file (default: RECOVERYD_RULES, or rules.yaml).
@@ -105,25 +144,27 @@ def check(path: Path | None) -> None:
     Every problem is printed as PATH:LINE:COL: yaml.path: message. Exit status: 0 valid,
     1 invalid, 2 unreadable.
     """
-    from daemon.settings import PREFIX, Settings
-
-    default: Path = Settings.model_fields["RULES"].default
-    path = path or Path(os.environ.get(f"{PREFIX}RULES") or default)
+    settings = _settings(only=("RULES",), refused=_RulesSettings)
+    path = path or settings.RULES
     ruleset = _load_rules(path)
-    click.echo(f"{path}: ok: {len(ruleset.rules)} rules, {len(ruleset.sweeps)} sweeps")
+    from daemon.words import counted
+
+    rules, sweeps = counted(len(ruleset.rules), "rule"), counted(len(ruleset.sweeps), "sweep")
+    click.echo(f"{path}: ok: {rules}, {sweeps}")
 
 
-@main.command()
+@main.command(short_help="Which rule a DLQ message matches, and the call it causes.")
 @click.argument("rules", type=_RULES_PATH)
 @click.argument("message", type=_RULES_PATH)
 @_HEADER_PREFIX
-def explain(rules: Path, message: Path, header_prefix: str) -> None:
+def explain(rules: Path, message: Path, header_prefix: str | None) -> None:
     """Which rule the DLQ message in MESSAGE (JSON, as the service returns it) matches, and
     the call it would cause: method, path, query and the exact override headers, as JSON.
     Sample messages are in the repository's examples/ folder."""
     from daemon.rules import facts
     from daemon.rules.explain import explain as explained
 
+    prefix = _header_prefix(header_prefix)
     ruleset = _load_rules(rules)
     try:
         data = json.loads(message.read_bytes())
@@ -132,20 +173,22 @@ def explain(rules: Path, message: Path, header_prefix: str) -> None:
     if not isinstance(data, dict):
         _fail(f"{message}: a DLQ message is a JSON object", 2)
     # The interpreter, rule by rule: the compiled rules decide alike (tests/rules).
-    decision = ruleset.interpret(facts(data, header_prefix))
-    click.echo(json.dumps(explained(ruleset, data, decision, header_prefix), indent=2))
+    decision = ruleset.interpret(facts(data, prefix))
+    click.echo(json.dumps(explained(ruleset, data, decision, prefix), indent=2))
 
 
-@main.command("test")
+@main.command("test", short_help="Run rule unit tests.")
 @click.argument("rules", type=_RULES_PATH)
 @click.argument("tests", type=_RULES_PATH)
 @_HEADER_PREFIX
-def test_rules(rules: Path, tests: Path, header_prefix: str) -> None:
+def test_rules(rules: Path, tests: Path, header_prefix: str | None) -> None:
     """Run the rule unit tests in TESTS against RULES. Exit status: 0 when all pass, 1 when
     any fails or a file has problems, 2 when a file cannot be read."""
     from daemon.rules import FileError, Unreadable
     from daemon.rules.testing import load_tests, run_tests
+    from daemon.words import counted
 
+    prefix = _header_prefix(header_prefix)
     ruleset = _load_rules(rules)
     try:
         cases = load_tests(tests, ruleset)
@@ -153,14 +196,16 @@ def test_rules(rules: Path, tests: Path, header_prefix: str) -> None:
         _fail(str(exc), 1)
     except Unreadable as exc:
         _fail(str(exc), 2)
-    outcomes = run_tests(cases, ruleset, header_prefix)
+    outcomes = run_tests(cases, ruleset, prefix)
     for outcome in outcomes:
         verdict = "PASS" if outcome.passed else "FAIL"
         click.echo(f"{tests}:{outcome.line}: {verdict} {outcome.test.name}")
         for failure in outcome.failures:
             click.echo(f"    {failure}")
     failed = sum(not outcome.passed for outcome in outcomes)
-    click.echo(f"{len(outcomes)} tests, {len(outcomes) - failed} passed, {failed} failed")
+    click.echo(
+        f"{counted(len(outcomes), 'test')}, {len(outcomes) - failed} passed, {failed} failed"
+    )
     if failed:
         sys.exit(1)
 
@@ -181,7 +226,7 @@ def _fail(message: str, status: int) -> NoReturn:
     sys.exit(status)
 
 
-@main.command()
+@main.command(short_help="The zero-configuration demo.")
 @click.option(
     "--duration",
     type=_Duration(),
@@ -203,7 +248,7 @@ def dev(duration: float, forever: bool) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-@main.command("rotate-token")
+@main.command("rotate-token", short_help="Rotate the account token now.")
 @click.option(
     "--timeout",
     "wait",
@@ -219,12 +264,9 @@ def rotate_token(wait: float) -> None:
     here. Exit status: 0 rotated, 1 not rotated (the reason is printed)."""
     from daemon.account.rotate_command import RotateError, rotate_now
     from daemon.logs import configure_command_logging
-    from daemon.settings import SettingsError, load_settings
+    from daemon.settings import CREDENTIALS_KEPT, RESET_CREDENTIALS
 
-    try:
-        settings = load_settings(os.environ, require=("SERVICE_URL",), daemon=False)
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+    settings = _settings("SERVICE_URL", CREDENTIALS_KEPT, *RESET_CREDENTIALS)
     configure_command_logging(settings)
     try:
         click.echo(asyncio.run(rotate_now(settings, wait)))
@@ -232,7 +274,7 @@ def rotate_token(wait: float) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-@main.command("set-token")
+@main.command("set-token", short_help="Save a token from the service's console (after a lockout).")
 @click.option(
     "--from",
     "source",
@@ -258,15 +300,15 @@ def set_token(source: str | None, no_check: bool, replace_unreadable: bool) -> N
     running daemon (on RECOVERYD_ADMIN_LISTEN) is then asked to take it up at once.
     Never pass the token as an argument: pipe it in with --from -. Exit status: 0 saved
     and taken up (or no daemon running), 1 not (the reason is printed)."""
-    from daemon.account.set_token import SetTokenError, read_given
+    from daemon.account.set_token import TOKEN_GIVEN, SetTokenError, read_given
     from daemon.account.set_token import set_token as save
     from daemon.logs import configure_command_logging
-    from daemon.settings import SettingsError, load_settings
+    from daemon.settings import CREDENTIALS_KEPT, SettingsError
 
+    checked = () if no_check else ("SERVICE_URL",)
+    settings = _settings(*checked, CREDENTIALS_KEPT, *(() if source else (TOKEN_GIVEN,)))
+    configure_command_logging(settings)
     try:
-        required = () if no_check else ("SERVICE_URL",)
-        settings = load_settings(os.environ, require=required, daemon=False)
-        configure_command_logging(settings)
         given = read_given(source, settings)
         saving = save(settings, given, check=not no_check, replace_unreadable=replace_unreadable)
         for line in asyncio.run(saving):
@@ -275,7 +317,7 @@ def set_token(source: str | None, no_check: bool, replace_unreadable: bool) -> N
         raise click.ClickException(str(exc)) from None
 
 
-@main.command()
+@main.command(short_help="Seal the store's credentials under the first key.")
 def reseal() -> None:
     """Seal the credentials kept in the PostgreSQL store again, under the first of
     RECOVERYD_CREDENTIALS_KEY's keys (comma-separated: the first seals, all open), so
@@ -284,17 +326,21 @@ def reseal() -> None:
     from daemon.account.reseal import ResealError
     from daemon.account.reseal import reseal as reseal_now
     from daemon.logs import configure_command_logging
-    from daemon.settings import SettingsError, load_settings
+    from daemon.settings import needs, postgres_store
+    from daemon.store import StoreMissing
 
+    settings = _settings(
+        needs("CREDENTIALS_KEY", why="the keys the saved credentials are sealed with"),
+        postgres_store("the saved credentials are sealed into it"),
+    )
+    configure_command_logging(settings)
     try:
-        settings = load_settings(os.environ, daemon=False)
-        configure_command_logging(settings)
         click.echo(asyncio.run(reseal_now(settings)))
-    except (SettingsError, ResealError) as exc:
+    except (ResealError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None
 
 
-@main.command()
+@main.command(short_help="The endpoints remove-endpoint rules removed, with their evidence.")
 @click.option("--group", help="Only the removals from this URL Group.")
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON, as the admin API does.")
 def removals(group: str | None, as_json: bool) -> None:
@@ -305,18 +351,18 @@ def removals(group: str | None, as_json: bool) -> None:
     from daemon.endpoints.listing import described
     from daemon.endpoints.restore import RemovalsError, removals_now
     from daemon.logs import configure_command_logging
-    from daemon.settings import SettingsError, load_settings
+    from daemon.store import StoreMissing
 
+    settings = _settings()
+    configure_command_logging(settings)
     try:
-        settings = load_settings(os.environ, daemon=False)
-        configure_command_logging(settings)
         found = asyncio.run(removals_now(settings, group))
-    except (SettingsError, RemovalsError) as exc:
+    except (RemovalsError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(found, indent=2) if as_json else described(found))
 
 
-@main.command("restore-endpoint")
+@main.command("restore-endpoint", short_help="Put a removed endpoint back into its URL Group.")
 @click.argument("group")
 @click.argument("name")
 def restore_endpoint(group: str, name: str) -> None:
@@ -327,20 +373,21 @@ def restore_endpoint(group: str, name: str) -> None:
     removal, restored already, or the service refused; the reason is printed)."""
     from daemon.endpoints.restore import RemovalsError, restore_now
     from daemon.logs import configure_command_logging
-    from daemon.settings import SettingsError, load_settings
+    from daemon.settings import TOKEN_SOURCE
+    from daemon.store import StoreMissing
 
+    settings = _settings("SERVICE_URL", TOKEN_SOURCE)
+    configure_command_logging(settings)
     try:
-        settings = load_settings(os.environ, require=("SERVICE_URL",), daemon=False)
-        configure_command_logging(settings)
         answer = asyncio.run(restore_now(settings, group, name))
-    except (SettingsError, RemovalsError) as exc:
+    except (RemovalsError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None
     endpoint = answer["endpoint"]
     shown = f"{endpoint['name']} ({endpoint['url']})" if endpoint.get("name") else endpoint["url"]
     click.echo(f"restored endpoint {shown} to URL Group {group} (removal {answer['removal']})")
 
 
-@main.command()
+@main.command(short_help="Put final dlqIds back into the pipeline.")
 @click.option(
     "--state",
     "states",
@@ -364,29 +411,30 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
 
     from daemon.logs import configure_command_logging
     from daemon.redrive import RedriveError, RedriveFilter, redrive_now
-    from daemon.settings import SettingsError, load_settings
+    from daemon.store import StoreMissing
+    from daemon.words import counted
 
+    settings = _settings()
+    configure_command_logging(settings)
     try:
-        settings = load_settings(os.environ, daemon=False)
-        configure_command_logging(settings)
         wanted = {"states": list(states), "rule": rule, "dryRun": not yes}
         selection = RedriveFilter.from_json({**wanted, "since": f"{since}s" if since else None})
         answer = asyncio.run(redrive_now(settings, selection, time.time()))
-    except (SettingsError, RedriveError) as exc:
+    except (RedriveError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None
     count, listed = answer["count"], answer["dlqIds"]
     for dlq_id in listed:
         click.echo(dlq_id)
     if len(listed) < count:
         click.echo(f"... and {count - len(listed)} more")
-    which = f"{count} dlqId(s) in state {', '.join(states)}"
+    which = f"{counted(count, 'dlqId')} in state {', '.join(states)}"
     if yes:
         click.echo(f"redriven: {which}; they will be fetched and decided again")
     else:
         click.echo(f"would redrive {which}; run again with --yes to do it")
 
 
-@main.command()
+@main.command(short_help="What a sweep would select now, without acting.")
 @click.argument("name")
 @click.option(
     "--dry-run", is_flag=True, help="List what the sweep would select now; act on nothing."
@@ -402,15 +450,16 @@ def sweep(name: str, dry_run: bool, rules: Path | None) -> None:
     many. The service is asked with RECOVERYD_SERVICE_URL and the daemon's credentials.
     Without --dry-run it refuses: a sweep runs on its schedule in `recoveryd serve`."""
     from daemon.logs import configure_command_logging
-    from daemon.settings import SettingsError, load_settings
+    from daemon.settings import TOKEN_SOURCE, SettingsError
+    from daemon.store import StoreMissing
     from daemon.sweeps.command import NOT_BY_HAND, SweepCommandError
     from daemon.sweeps.command import dry_run as list_selection
 
     if not dry_run:
         raise click.UsageError(NOT_BY_HAND.format(name=name))
+    settings = _settings("SERVICE_URL", TOKEN_SOURCE)
+    configure_command_logging(settings)
     try:
-        settings = load_settings(os.environ, require=("SERVICE_URL",))
-        configure_command_logging(settings)
         asyncio.run(list_selection(settings, rules or settings.RULES, name, click.echo))
-    except (SettingsError, SweepCommandError) as exc:
+    except (SettingsError, SweepCommandError, StoreMissing) as exc:
         raise click.ClickException(str(exc)) from None

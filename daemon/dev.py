@@ -52,7 +52,7 @@ from collections.abc import (
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import structlog
 import uvicorn
@@ -67,6 +67,7 @@ from daemon.emulator.delivery import Delivery
 from daemon.emulator.emulator import PublishRequest
 from daemon.emulator.journal import Call
 from daemon.emulator.state import Endpoint, Run, SeedMessage
+from daemon.logs import iso_times
 from daemon.pipeline import Tuning
 from daemon.rules import FileError, Unreadable, load_rules
 from daemon.rules.model import SweepSpec
@@ -76,6 +77,7 @@ from daemon.store import Store, open_store
 from daemon.store.records import OVER_BUDGET
 from daemon.store.sweep_records import SweepRun
 from daemon.uvicorn_version import unsupported
+from daemon.words import counted, plural
 
 Echo = Callable[[str], None]
 WAVE_EVERY = 2.0  # seconds between waves of published runs
@@ -192,9 +194,25 @@ class Live:
         self.calls_seen = 0
         self.deliveries_seen: set[str] = set()
         self.missed: set[str] = set()  # dlqIds only a sweep finds: their new runs are swept
+        # With --forever, the running daemon's admin URL: hints that work while it runs.
+        self.admin: str | None = None
+        # Lines of what happens before the header is out (recoveryd logs as it starts):
+        # they follow it (`begin`), so the banner comes first.
+        self.held: list[str] | None = []
 
     def line(self, what: str, text: str) -> None:
-        self.echo(f"{time.monotonic() - self.started:6.1f}s  {what:<9} {text}")
+        shown = f"{time.monotonic() - self.started:6.1f}s  {what:<9} {text}"
+        if self.held is None:
+            self.echo(shown)
+        else:
+            self.held.append(shown)
+
+    def begin(self) -> None:
+        """The header is out: the lines held back until now follow it, the others as
+        they happen."""
+        held, self.held = self.held or [], None
+        for shown in held:
+            self.echo(shown)
 
     def flush(self) -> None:
         """What the emulator did since the last flush, in the order cause and effect
@@ -223,10 +241,14 @@ class Live:
         self.flush()  # the calls and dead letters that led to this event come first
         name = event.pop("event")
         if name in _EVENT_LINES:
-            self.line(*_EVENT_LINES[name](event))
+            what, text = _EVENT_LINES[name](event)
+            if name == "endpoint removed" and self.admin is not None:
+                undo = _restore_call(self.admin, event["url_group"], event["endpoint"])
+                text += f"; undo while the demo runs: {undo}"
+            self.line(what, text)
         elif name not in _QUIET and method != "debug":
-            details = " ".join(f"{key}={value}" for key, value in event.items())
-            self.line(method, f"{name} {details}")
+            details = [f"{key}={value}" for key, value in iso_times(logger, method, event).items()]
+            self.line(method, " ".join([name, *details]))
         raise structlog.DropEvent
 
     @contextlib.contextmanager
@@ -274,7 +296,7 @@ def _decided(event: Event) -> Line:
 
 
 def _batch_sent(event: Event) -> Line:
-    runs = f"{event['dlq_ids']} dlqIds, {event['runs']} new runs"
+    runs = f"{counted(event['dlq_ids'], 'dlqId')}, {counted(event['runs'], 'new run')}"
     return "sent", f"{event['action']} batch {event['batch']}: {runs}"
 
 
@@ -293,10 +315,7 @@ def _over_budget(event: Event) -> Line:
 
 def _removed(event: Event) -> Line:
     group, endpoint = event["url_group"], event["endpoint"]
-    return "removed", (
-        f"endpoint {endpoint} from URL Group {group} ({event['rule']}); "
-        f"undo: {_restore_command(group, endpoint)}"
-    )
+    return "removed", f"endpoint {endpoint} from URL Group {group} ({event['rule']})"
 
 
 def _not_removed(event: Event) -> Line:
@@ -307,9 +326,9 @@ def _not_removed(event: Event) -> Line:
 def _swept(event: Event) -> Line:
     n, result = event["workflows"], event["result"]
     if result == "dry-run":
-        what = f"{_plural(n, 'run')} selected, none recovered (dry run)"
+        what = f"{counted(n, 'run')} selected, none recovered (dry run)"
     else:
-        what = f"{_plural(n, 'run')} recovered" if n else "nothing to recover"
+        what = f"{counted(n, 'run')} recovered" if n else "nothing to recover"
     if result not in ("success", "dry-run"):
         what += f" ({result}: {event['error']})"
     return "swept", f"sweep {event['sweep']} run {event['run']}: {what}"
@@ -334,12 +353,12 @@ _QUIET = {
 }
 
 
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _restore_command(group: str, endpoint: str) -> str:
-    return f"recoveryd restore-endpoint {shlex.quote(group)} {shlex.quote(endpoint)}"
+def _restore_call(admin: str, group: str, endpoint: str) -> str:
+    """The admin API call that puts `endpoint` back, on the demo's running daemon: the
+    demo's store and daemon are gone once it stops, and `recoveryd restore-endpoint`
+    with them."""
+    path = f"/api/v1/removals/{quote(group, safe='')}/{quote(endpoint, safe='')}/restore"
+    return f"curl -X POST {shlex.quote(admin + path)}"
 
 
 def _delivered(delivery: Delivery, run: Run | None, missed: set[str]) -> Line:
@@ -356,7 +375,8 @@ def _delivered(delivery: Delivery, run: Run | None, missed: set[str]) -> Line:
     answer = f"{who}: {message.method} {urlsplit(message.url).path} -> {delivery.last_status}"
     if delivery.state == "delivered":
         return "ok", answer
-    return "dead", f"{answer} ({delivery.attempts} attempts), dead-lettered as {delivery.dlq_id}"
+    tries = counted(delivery.attempts, "attempt")
+    return "dead", f"{answer} ({tries}), dead-lettered as {delivery.dlq_id}"
 
 
 def _call(call: Call) -> str:
@@ -364,7 +384,8 @@ def _call(call: Call) -> str:
     (a sweep's) its filter."""
     ids = [value for name, value in call.query if name == "dlqIds"]
     if ids:
-        shown = f" ({len(ids)} dlqIds: {', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})"
+        more = ", ..." if len(ids) > 4 else ""
+        shown = f" ({counted(len(ids), 'dlqId')}: {', '.join(ids[:4])}{more})"
     elif call.query:
         shown = f" ({', '.join(f'{name}={value}' for name, value in call.query)})"
     else:
@@ -407,6 +428,8 @@ async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
                     f"a wave of workflow runs, and a message to URL Group {GROUP}, every "
                     f"{WAVE_EVERY:g}s, until {until}:"
                 )
+                live.admin = at.admin if forever else None
+                live.begin()
                 async with live.watching():
                     await _traffic(emulator, workflows, app_url, callbacks, duration, forever)
                 live.line("stop", "traffic stopped; recoveryd finishes what is under way")
@@ -415,6 +438,8 @@ async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
             # the summary, so the two agree.
             live.flush()
             _summary(echo, found, emulator, sweeps, time.monotonic() - live.started)
+            if not forever:
+                echo("`recoveryd dev --forever` keeps it all running until Ctrl-C, to look around.")
 
 
 def _sweeps(rules: Path) -> tuple[SweepSpec, ...]:
@@ -445,7 +470,7 @@ def _header(
     forever: bool,
 ) -> None:
     """What runs where, what fails how, and what the demo's copy of the rules changes."""
-    echo("recoveryd dev: the service emulator, a workflow app and recoveryd")
+    echo("recoveryd dev: the service emulator, a workflow app and recoveryd, while it runs")
     echo(f"  emulator   {at.emulator}  (control API under /_emulator/)")
     echo(f"  workflows  {at.app}  /billing 503 for {outage:g}s, then 200;")
     echo("             /reports 500 for good, /canary 503, /signup 422, /shipping 200;")
@@ -458,9 +483,9 @@ def _header(
         every = f'every {SWEEP_EVERY} (in the file: "{spec.schedule}")'
         echo(f"             sweep {spec.name} runs {every}")
     if forever:
-        echo(f"poke at {at.admin}/api/v1/dlq/<dlqId>, {at.admin}/api/v1/removals,")
-        echo(f"  {at.admin}/api/v1/sweeps and {at.emulator}/_emulator/runs; put legacy back with")
-        echo(f"  curl -X POST {at.admin}/api/v1/removals/{GROUP}/legacy/restore")
+        echo(f"while it runs, poke at {at.admin}/api/v1/dlq/<dlqId>, {at.admin}/api/v1/removals,")
+        echo(f"  {at.admin}/api/v1/sweeps and {at.emulator}/_emulator/runs; once legacy is")
+        echo(f"  removed, {_restore_call(at.admin, GROUP, 'legacy')} puts it back")
 
 
 @contextlib.asynccontextmanager
@@ -626,18 +651,21 @@ def _callback_lines(echo: Echo, found: Recorded, emulator: Emulator) -> int:
     states, records = found.states, found.records
     done = Counter(record["action"] for record in records if record["state"] == "done")
     recovered = sum(done[action] for action in RECOVERED)
-    counted = done["remove-endpoint"]
-    reported = done.total() - recovered - counted  # a notify rule that does not `continue`
+    towards_removal = done["remove-endpoint"]
+    reported = done.total() - recovered - towards_removal  # a notify rule that does not `continue`
     over_budget = sum(
         r["state"] == "skipped" and (r["reason"] or "").startswith(OVER_BUDGET) for r in records
     )
     in_flight = states["received"] + states["decided"] + states["batched"]
-    echo(_row("received", sum(states.values()), "failure callbacks, each counted once below"))
+    received = sum(states.values())
+    callbacks = plural(received, "failure callback")
+    echo(_row("received", received, f"{callbacks}, each counted once below"))
     fates = _recovered(records, emulator)
-    echo(_row("recovered", recovered, f"runs resumed or restarted: {fates}"))
+    echo(_row("recovered", recovered, f"{plural(recovered, 'run')} resumed or restarted: {fates}"))
     enough = "by a rule's budget: that workflow was recovered enough times"
     echo(_row("stopped", over_budget, enough))
-    echo(_row("counted", counted, "failures of a dead endpoint, towards removing it"))
+    failures = plural(towards_removal, "failure")
+    echo(_row("counted", towards_removal, f"{failures} of a dead endpoint, towards removing it"))
     if reported:
         echo(_row("reported", reported, "decided by a notify rule: posting was all to do"))
     echo(_row("skipped", states["skipped"] - over_budget, "ignored, or the action did not apply"))
@@ -651,24 +679,29 @@ def _callback_lines(echo: Echo, found: Recorded, emulator: Emulator) -> int:
 
 def _notified_line(echo: Echo, records: list[dict[str, Any]]) -> None:
     sent = sum(n["state"] == "sent" for record in records for n in record["notifications"])
-    echo(_row("notified", sent, "summaries delivered to the webhook (for dlqIds counted above)"))
+    summaries = plural(sent, "summary", "summaries")
+    echo(_row("notified", sent, f"{summaries} delivered to the webhook (for dlqIds counted above)"))
 
 
 def _removal_lines(echo: Echo, removals: list[dict[str, Any]]) -> None:
-    """The endpoints removed; then each threshold reached, with what came of it."""
+    """The endpoints removed; then each threshold reached, with what came of it; then
+    how a removal is undone where the store outlives the command (not the demo's)."""
     removed = sum(removal["state"] == "removed" for removal in removals)
-    echo(_row("removed", removed, "dead endpoints taken out of their URL Group"))
+    endpoints, their = plural(removed, "dead endpoint"), plural(removed, "its", "their")
+    echo(_row("removed", removed, f"{endpoints} taken out of {their} URL Group"))
     for removal in removals:
         echo(INDENT + _removal(removal))
+    if removed:
+        echo(f"{INDENT}(in a deployment, `recoveryd restore-endpoint GROUP NAME` puts one back)")
 
 
 def _removal(removal: dict[str, Any]) -> str:
     endpoint = removal["endpoint"]["name"] or removal["endpoint"]["url"]
     group, state, evidence = removal["urlGroup"], removal["state"], removal["evidence"]
     statuses = ", ".join(sorted({str(failure["responseStatus"]) for failure in evidence}))
-    text = f"{endpoint} from {group} after {_plural(len(evidence), 'failure')} ({statuses})"
+    text = f"{endpoint} from {group} after {counted(len(evidence), 'failure')} ({statuses})"
     if state == "removed":
-        return f"{text}; undo: {_restore_command(group, endpoint)}"
+        return text
     return f"{text}: {state}, {removal['reason'] or 'under way when recoveryd stopped'}"
 
 
@@ -686,9 +719,9 @@ def _sweep_line(echo: Echo, spec: SweepSpec, runs: list[SweepRun], emulator: Emu
     ]
     by_id = {run.workflow_run_id: run for run in emulator.store.runs}
     fates = _fates(emulator, (by_id.get(run_id) for run_id in made))
-    how = f"runs {RECOVERED[spec.action]} by sweep {spec.name}: {fates}"
+    how = f"{plural(len(made), 'run')} {RECOVERED[spec.action]} by sweep {spec.name}: {fates}"
     echo(_row("swept", len(made), how))
-    ran = _plural(len(runs), "time")
+    ran = counted(len(runs), "time")
     echo(f"{INDENT}(found by its filter, not by a failure callback; the sweep ran {ran})")
     return len(made)
 

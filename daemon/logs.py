@@ -6,6 +6,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, MutableMapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -55,6 +56,18 @@ class RepeatFilter:
         return event
 
 
+def iso_times(
+    logger: Any, method_name: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """For people: the fields that are times (named `..._at`, seconds since the epoch) in
+    ISO 8601 UTC, as the line's timestamp, not `next_run_at=1795834800.0`. JSON keeps the
+    numbers, for machines (docs/operating.md)."""
+    for key, value in event.items():
+        if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+            event[key] = datetime.fromtimestamp(value, UTC).isoformat().replace("+00:00", "Z")
+    return event
+
+
 def configure_logging(fmt: Literal["json", "console"], level: int = logging.INFO) -> None:
     """Send structlog events and stdlib records (uvicorn's) through one renderer to stderr."""
     shared: list[structlog.typing.Processor] = [
@@ -67,8 +80,15 @@ def configure_logging(fmt: Literal["json", "console"], level: int = logging.INFO
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    readable: list[structlog.typing.Processor] = [] if fmt == "json" else [iso_times]
     structlog.configure(
-        processors=[*shared, RepeatFilter(), structlog.processors.format_exc_info, renderer],
+        processors=[
+            *shared,
+            RepeatFilter(),
+            *readable,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
         # Filtering in the bound logger makes a disabled debug call nearly free.
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -99,3 +119,6 @@ def configure_command_logging(settings: Settings) -> None:
     daemon, whose log a machine collects, not a command run by hand."""
     asked = "LOG_FORMAT" in settings.model_fields_set  # set in the environment, not defaulted
     configure_logging(settings.LOG_FORMAT if asked else "console", logging.WARNING)
+    # The pool warns at each failed try to reach PostgreSQL, in the daemon's log the story
+    # of an outage; a command says once why it could not open the store (its error).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)

@@ -116,7 +116,7 @@ async def redrive_now(settings: Settings, selection: RedriveFilter, now: float) 
         except (httpx.TimeoutException, DaemonError) as exc:
             raise RedriveError(str(exc) or f"no answer from the daemon at {admin}") from None
     try:
-        async with open_store(settings.STORE, release_leases=False) as store:
+        async with open_store(settings.STORE, release_leases=False, create=False) as store:
             return await redrive(store, selection, now)
     except StoreUnavailable as exc:
         raise RedriveError(f"RECOVERYD_STORE: {exc}") from None

@@ -6,7 +6,6 @@ and never echoed back, not even in an error about their own value.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -31,13 +30,9 @@ from daemon.durations import parse_duration
 from daemon.listener import ListenerLimits
 from daemon.schedule import parse_schedule
 from daemon.urls import http_url, without_credentials
+from daemon.variables import misspelt
 
 PREFIX = "RECOVERYD_"
-# Kubernetes injects <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_8080_TCP_ADDR... for every
-# Service, "recoveryd" and "recoveryd-metrics" among them: not settings, and not typos.
-_SERVICE_LINK = re.compile(
-    r"_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)$"
-)
 _PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
@@ -55,6 +50,56 @@ _SECRETS = frozenset(
 
 class SettingsError(ValueError):
     """Settings that stop the start; `str()` is what to print, a line a problem."""
+
+
+# Whether a setting is set (by name without the prefix), and whether the store is
+# PostgreSQL: all that the checks across settings, and a command's needs, look at.
+Present = Callable[[str], bool]
+# What a command needs that others may leave out: its line (without the prefix), if lacking.
+Need = Callable[[Present, bool], str | None]
+
+
+def needs(*names: str, why: str = "", unless: Collection[str] = ()) -> Need:
+    """A need of one of the settings `names`, unless one of `unless` is set; its line
+    names the first, the others as alternatives, then `why`."""
+
+    def lacking(present: Present, postgres: bool) -> str | None:
+        if any(map(present, (*names, *unless))):
+            return None
+        line = f"{names[0]}: required"
+        if names[1:]:
+            line += ", or " + " or ".join(PREFIX + name for name in names[1:])
+        return f"{line}: {why}" if why else line
+
+    return lacking
+
+
+def postgres_store(why: str) -> Need:
+    """A need of a PostgreSQL store (RECOVERYD_STORE=postgresql://...)."""
+
+    def lacking(present: Present, postgres: bool) -> str | None:
+        return None if postgres else f"STORE: must be a PostgreSQL store (postgresql://...): {why}"
+
+    return lacking
+
+
+# Where the service's token comes from: what serve needs, and the commands that call it.
+TOKEN_SOURCE = needs("TOKEN", "TOKEN_FILE", "CREDENTIALS_FILE")
+# Where a token rotated or given by hand is kept (rotate-token, set-token).
+CREDENTIALS_KEPT = needs(
+    "CREDENTIALS_FILE",
+    "CREDENTIALS_KEY",
+    why="where the new token is kept (the key seals it into a PostgreSQL store)",
+)
+# The token reset's basic credentials (rotate-token), which saved ones may hold instead.
+RESET_CREDENTIALS = tuple(
+    needs(
+        name,
+        why="the token reset's basic credentials (a credentials file may hold them instead)",
+        unless=("CREDENTIALS_FILE", "CREDENTIALS_KEY"),
+    )
+    for name in ("ACCOUNT_USERNAME", "ACCOUNT_PASSWORD")
+)
 
 
 def fernet_keys(value: str) -> list[str]:
@@ -282,7 +327,7 @@ def _for_daemon(info: ValidationInfo) -> bool:
 
 
 def _across(
-    present: Callable[[str], bool],
+    present: Present,
     *,
     postgres: bool,
     rotating: bool,
@@ -296,9 +341,8 @@ def _across(
     problems = []
     if present("TOKEN") and present("TOKEN_FILE"):
         problems.append("TOKEN_FILE: set RECOVERYD_TOKEN or RECOVERYD_TOKEN_FILE, not both")
-    has_token = present("TOKEN") or present("TOKEN_FILE") or present("CREDENTIALS_FILE")
-    if daemon and not has_token:
-        problems.append("TOKEN: required, or RECOVERYD_TOKEN_FILE or RECOVERYD_CREDENTIALS_FILE")
+    if daemon and (lacking := TOKEN_SOURCE(present, postgres)):
+        problems.append(lacking)
     if present("CREDENTIALS_KEY") and not postgres:
         problems.append(
             "CREDENTIALS_KEY: only with a PostgreSQL store (RECOVERYD_STORE=postgresql://...); "
@@ -341,14 +385,17 @@ class _NamedErrors(ValueError):
 def load_settings(
     environ: Mapping[str, str],
     *,
-    require: Collection[str] = (),
+    require: Collection[str | Need] = (),
     daemon: bool = True,
+    only: Collection[str] | None = None,
     **overrides: Any,
 ) -> Settings:
     """Settings from `environ` (RECOVERYD_* only) and `overrides` (e.g. from the command
-    line); `require` names settings the command needs that others may leave out, and
-    `daemon` false spares a one-shot command the daemon's own needs (a token to call
-    with, a signing key to check callbacks with).
+    line); `require` names settings the command needs that others may leave out (or
+    `needs` of one of several), and `daemon` false spares a one-shot command the daemon's
+    own needs (a token to call with, a signing key to check callbacks with). With `only`,
+    just those settings are read, for a command that runs away from the daemon's
+    environment (`check`): the others keep their defaults, unchecked.
 
     A variable set to the empty string counts as unset, as a Helm chart renders an
     optional value left out. Raises `SettingsError` listing every problem at once, a line
@@ -356,20 +403,22 @@ def load_settings(
     RECOVERYD_* variable that is no setting is one too, since a misspelt
     RECOVERYD_PUBLIC_URL would silently turn a check off.
     """
-    problems = []
-    for name in sorted(filter(_is_unknown, environ)):
-        near = _nearest(name)
-        hint = f"; did you mean {near}?" if near else ""
-        problems.append(f"{name}: not a recoveryd setting{hint}")
+    problems = misspelt(environ, PREFIX, Settings.model_fields, "a recoveryd setting")
     values = {
         setting: value
         for name, value in environ.items()
         if (setting := name.removeprefix(PREFIX)) in Settings.model_fields
         and name.startswith(PREFIX)
         and value != ""
+        and (only is None or setting in only)
     }
     values.update(overrides)
-    problems += [f"{PREFIX}{name}: required" for name in require if values.get(name) is None]
+    postgres = str(values.get("STORE") or "").startswith(("postgresql://", "postgres://"))
+    for need in require:
+        lacking = (needs(need) if isinstance(need, str) else need)(
+            lambda name: values.get(name) is not None, postgres
+        )
+        problems += [PREFIX + lacking] if lacking else []
     try:
         settings = Settings.model_validate(values, context={"daemon": daemon})
     except ValidationError as exc:
@@ -377,20 +426,6 @@ def load_settings(
     if problems:
         raise SettingsError("\n".join(problems))
     return settings
-
-
-def _is_unknown(name: str) -> bool:
-    return (
-        name.startswith(PREFIX)
-        and name.removeprefix(PREFIX) not in Settings.model_fields
-        and not _SERVICE_LINK.search(name)
-    )
-
-
-def _nearest(name: str) -> str | None:
-    # Compared without the shared prefix, which would make every name look close.
-    near = difflib.get_close_matches(name.removeprefix(PREFIX), list(Settings.model_fields), 1)
-    return PREFIX + near[0] if near else None
 
 
 def _lines(exc: ValidationError, values: Mapping[str, Any], daemon: bool) -> list[str]:

@@ -1,4 +1,5 @@
-"""How messages name things: the known word a typo was meant as, lists, a count's noun."""
+"""How messages name things: the known word a typo was meant as, lists, and counts with
+their noun (`1 rule`, `2 rules`, never `1 rules` or `rule(s)`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def either(words: Sequence[str]) -> str:
     return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
 
 
-def plural(count: int, noun: str) -> str:
-    """`1 rule`, `2 rules`, `0 rules`."""
-    return f"{count} {noun if count == 1 else noun + 's'}"
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`noun` for one thing, else `nouns` (the noun and an s, unless said)."""
+    return noun if count == 1 else nouns or f"{noun}s"
+
+
+def counted(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 rule`, `0 rules`, `2 summaries` (with `nouns`)."""
+    return f"{count} {plural(count, noun, nouns)}"

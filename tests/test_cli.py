@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -10,8 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
+import pytest
+
+from daemon.store import open_store
+from tests.store.support import settled
 
 RECOVERYD = [sys.executable, "-m", "daemon"]
 
@@ -20,6 +26,23 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*RECOVERYD, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def run_in(folder: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """`recoveryd ARGS` run in `folder` with only `settings` of the RECOVERYD_* variables
+    (named without the prefix), as in a shell where none is exported."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RECOVERYD_")}
+    env |= {f"RECOVERYD_{name}": value for name, value in settings.items()}
+    return subprocess.run(
+        [*RECOVERYD, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+
+
+# Nothing to ask (port 0): the commands work on the store themselves, as with no daemon.
+NO_DAEMON = {"ADMIN_LISTEN": "127.0.0.1:0"}
+# What restore-endpoint needs besides, to get as far as the store.
+SERVICE = {"SERVICE_URL": "http://127.0.0.1:9", "TOKEN": "tok_cli_tests"}
 
 
 def free_port() -> int:
@@ -37,6 +60,22 @@ def test_help_lists_the_commands() -> None:
     assert "emulator" in result.stdout
 
 
+def test_help_describes_each_command_in_full_as_the_docs_do() -> None:
+    """`recoveryd --help` gives each command the description of docs/cli.md's table,
+    whole: none is cut short with "...", even on a narrow terminal."""
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    table = dict(re.findall(r"^\| \[`recoveryd ([\w-]+)`\]\(#[\w-]+\) \| (.+) \|$", docs, re.M))
+    result = subprocess.run(
+        [*RECOVERYD, "--help"], env=os.environ | {"COLUMNS": "80"}, capture_output=True,
+        text=True, timeout=60, check=True,
+    )  # fmt: skip
+    listed = result.stdout.split("Commands:\n")[1]
+    assert "..." not in listed
+    described = dict(re.findall(r"^  ([\w-]+) +(.+(?:\n {4,}\S.*)*)", listed, re.M))
+    flat = {name: " ".join(text.split()) for name, text in described.items()}
+    assert flat == {name: text[0].upper() + text[1:] + "." for name, text in table.items()}
+
+
 def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     """`recoveryd dev` runs the real daemon against the emulator: a line per decision,
     service call, notification, endpoint removal and sweep run as they happen, then a
@@ -49,6 +88,7 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     emulator's runs; every failure callback received is counted on one line."""
     result = run("dev", "--duration", "12s")
     assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("recoveryd dev: ")  # the banner first, then any line
     header, rest = result.stdout.split(" until 12s:\n")
     live, summary = rest.split("\nsummary after ")
     assert 'sweep nightly-resume runs every 8s (in the file: "0 3 * * *")' in header
@@ -60,19 +100,19 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     assert re.search(r"decided +\S+  restart-billing-on-5xx -> restart\n", live)
     assert re.search(r"decided +\S+  resume-transient-failures -> resume\n", live)
     assert re.search(r"decided +\S+  ignore-canaries -> ignore \(skipped\)", live)
-    assert re.search(r"call +POST /v2/workflows/dlq/restart -> 200 \(\d+ dlqIds: ", live)
-    assert re.search(r"sent +restart batch \d+: \d+ dlqIds, \d+ new runs", live)
-    assert re.search(r"sent +resume batch \d+: \d+ dlqIds, \d+ new runs", live)
+    assert re.search(r"call +POST /v2/workflows/dlq/restart -> 200 \(\d+ dlqIds?: ", live)
+    assert re.search(r"sent +restart batch \d+: \d+ dlqIds?, \d+ new runs?", live)
+    assert re.search(r"sent +resume batch \d+: \d+ dlqIds?, \d+ new runs?", live)
     assert re.search(r"ok +restarted run of \S+: POST /billing -> 200", live)
     recovered = re.search(
-        r"\n  recovered +(\d+)  runs resumed or restarted: "
+        r"\n  recovered +(\d+)  runs? resumed or restarted: "
         r"(\d+) succeeded, (\d+) failed again, (\d+) still running\n",
         summary,
     )
     assert recovered is not None, summary
     runs, succeeded, failed_again, running = map(int, recovered.groups())
     assert runs == succeeded + failed_again + running
-    assert runs == sum(int(n) for n in re.findall(r"sent +\w+ batch \d+: .*, (\d+) new runs", live))
+    assert runs == sum(int(n) for n in re.findall(r"sent +\w+ batch \d+: .*, (\d+) new run", live))
     assert succeeded == len(re.findall(r"\bok +(restarted|resumed) run of ", live))
     assert failed_again == len(re.findall(r"\bdead +(restarted|resumed) run of ", live))
     assert succeeded < runs  # /reports fails for good: its resumed runs never succeed
@@ -82,7 +122,9 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
         r"notified +\S+  page-on-workflow-4xx posted to http://127\.0\.0\.1:", live
     )
     assert notified
-    assert re.search(rf"\n  notified +{len(notified)}  summaries delivered to the webhook", summary)
+    assert re.search(
+        rf"\n  notified +{len(notified)}  summar(y|ies) delivered to the webhook", summary
+    )
 
     # remove-endpoint
     legacy = re.findall(r"dead +orders/legacy: POST /orders-legacy -> 410 \(3 attempts\)", live)
@@ -90,25 +132,32 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     assert re.search(r"decided +\S+  prune-dead-endpoints -> remove-endpoint \(", live)
     read = live.index("call      GET /v2/topics/orders -> 200")
     deleted = live.index("call      DELETE /v2/topics/orders/endpoints -> 200")
-    undo = "undo: recoveryd restore-endpoint orders legacy"
     removed = re.findall(
-        rf"removed +endpoint legacy from URL Group orders \(prune-dead-endpoints\); {undo}\n", live
+        r"removed +endpoint legacy from URL Group orders \(prune-dead-endpoints\)\n", live
     )
     assert len(removed) == 1
     assert read < deleted < live.index("removed   endpoint legacy")
     assert re.search(
-        r"\n  removed +1  dead endpoints taken out of their URL Group\n"
-        rf" +legacy from orders after \d+ failures \(410\); {undo}\n",
+        r"\n  removed +1  dead endpoint taken out of its URL Group\n"
+        r" +legacy from orders after \d+ failures \(410\)\n",
         summary,
     )
-    assert re.search(rf"\n  counted +{len(legacy)}  failures of a dead endpoint", summary)
+    # Its daemon and store are gone once it stops: no hint that would need them. What
+    # works after it is said: the command for a deployment, and --forever to try it.
+    assert "recoveryd restore-endpoint orders legacy" not in result.stdout
+    assert "curl" not in result.stdout
+    assert "recoveryd restore-endpoint GROUP NAME" in summary
+    assert summary.endswith(
+        "`recoveryd dev --forever` keeps it all running until Ctrl-C, to look around.\n"
+    )
+    assert re.search(rf"\n  counted +{len(legacy)}  failures? of a dead endpoint", summary)
 
     # the sweep, of the dead letters whose failure callbacks never reached recoveryd
     assert re.search(r"call +POST /v2/workflows/dlq/resume -> 200 \(.*CALLBACK_FAIL", live)
     sweep_runs = re.findall(r"swept +sweep nightly-resume run \d+: (\d+) runs? recovered", live)
     assert sweep_runs
     swept = re.search(
-        r"\n  swept +(\d+)  runs resumed by sweep nightly-resume: "
+        r"\n  swept +(\d+)  runs? resumed by sweep nightly-resume: "
         r"(\d+) succeeded, (\d+) failed again, (\d+) still running\n",
         summary,
     )
@@ -127,14 +176,16 @@ def test_dev_shows_every_action_and_a_sweep_live_then_sums_up() -> None:
     )
     assert set(counts) >= {"stopped", "counted", "skipped", "gone", "failed", "dry-run"}
     assert int(counts["stopped"]) == len(re.findall(r"stopped +\S+  \S+: budget spent", live))
-    received = re.search(r"\n  received +(\d+)  failure callbacks", summary)
+    received = re.search(r"\n  received +(\d+)  failure callbacks?", summary)
     assert received is not None
     assert int(received.group(1)) == runs + sum(map(int, counts.values()))
     assert re.search(r"calls made +\d+ .*: \d+\.\d per recovered run", summary)
 
 
 def test_dev_forever_keeps_running_until_interrupted() -> None:
-    """With --forever the URLs are printed and stay up; Ctrl-C ends it with the summary."""
+    """With --forever the URLs are printed and stay up, with hints that say they work
+    while it runs, and do: the removal's undo puts legacy back. Ctrl-C ends it with the
+    summary."""
     process = subprocess.Popen(
         [*RECOVERYD, "dev", "--forever"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -143,13 +194,17 @@ def test_dev_forever_keeps_running_until_interrupted() -> None:
     try:
         assert process.stdout is not None
         lines: list[str] = []
-        while not any(" decided " in line for line in lines):
+        while not any(" removed " in line for line in lines):
             line = process.stdout.readline()
             assert line, "".join(lines)
             lines.append(line)
         [admin] = re.findall(r"admin (http://\S+)", "".join(lines))
         status = httpx.get(admin).json()
         assert sum(status["states"].values()) >= 1
+        [undo] = re.findall(r"; undo while the demo runs: curl -X POST (\S+)\n", lines[-1])
+        restored = httpx.post(undo)
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["endpoint"]["name"] == "legacy"
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
     finally:
@@ -157,6 +212,7 @@ def test_dev_forever_keeps_running_until_interrupted() -> None:
         process.kill()
     assert process.returncode == 0, err
     assert "until Ctrl-C" in "".join(lines)
+    assert "while it runs" in "".join(lines)
     assert "\nsummary after " in out
 
 
@@ -165,6 +221,21 @@ def test_dev_refuses_a_malformed_duration() -> None:
     result = run("dev", "--duration", "30 seconds")
     assert result.returncode == 2
     assert "e.g. 30s" in result.stderr
+
+
+def test_emulator_names_every_bad_variable_at_once() -> None:
+    """`recoveryd emulator` with bad EMULATOR_* variables lists them all, as serve lists
+    its settings, and exits 1 without a traceback."""
+    env = os.environ | {"EMULATOR_MAX_RPS": "many", "EMULATOR_REFUSE_GONE_DLQ_IDS": "maybe"}
+    result = subprocess.run(
+        [*RECOVERYD, "emulator", "--port", "0"], env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: EMULATOR_MAX_RPS: must be a positive integer; got 'many'\n"
+        "EMULATOR_REFUSE_GONE_DLQ_IDS: must be true or false; got 'maybe'\n"
+    )
 
 
 def test_emulator_serves_until_terminated() -> None:
@@ -200,3 +271,165 @@ def test_emulator_serves_until_terminated() -> None:
     assert "tok-cli" not in out + err
     assert "pw-cli" not in out + err
     assert "emulator signing_key_current: sig_" in out  # generated, so shown once
+
+
+@pytest.mark.parametrize(
+    ("args", "settings"),
+    [
+        (("redrive",), NO_DAEMON),
+        (("redrive", "--yes"), NO_DAEMON),
+        (("removals",), NO_DAEMON),
+        (("restore-endpoint", "orders", "legacy"), NO_DAEMON | SERVICE),
+    ],
+)
+def test_a_command_that_reads_the_store_refuses_one_not_made_yet(
+    tmp_path: Path, args: tuple[str, ...], settings: dict[str, str]
+) -> None:
+    """In a folder where `serve` never ran, the store's readers say where they looked and
+    exit 1, instead of creating an empty store and reporting nothing in it."""
+    result = run_in(tmp_path, *args, **settings)
+    assert result.returncode == 1, result.stdout
+    assert result.stderr == (
+        "Error: no store at ./recoveryd.db: is RECOVERYD_STORE set as for serve?\n"
+    )
+    assert result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+# Only --no-check and --from - spare set-token a setting: nothing is read from stdin
+# before the settings pass.
+@pytest.mark.parametrize(
+    ("args", "settings", "named"),
+    [
+        (("serve",), {}, ["SERVICE_URL", "TOKEN", "SIGNING_KEY_CURRENT"]),
+        (
+            ("rotate-token",),
+            NO_DAEMON,
+            ["SERVICE_URL", "CREDENTIALS_FILE", "ACCOUNT_USERNAME", "ACCOUNT_PASSWORD"],
+        ),
+        (("set-token",), NO_DAEMON, ["SERVICE_URL", "CREDENTIALS_FILE", "TOKEN_FILE"]),
+        (("set-token", "--no-check", "--from", "-"), NO_DAEMON, ["CREDENTIALS_FILE"]),
+        (("reseal",), NO_DAEMON, ["CREDENTIALS_KEY", "STORE"]),
+        (("restore-endpoint", "orders", "legacy"), NO_DAEMON, ["SERVICE_URL", "TOKEN"]),
+        (("sweep", "nightly-resume", "--dry-run"), NO_DAEMON, ["SERVICE_URL", "TOKEN"]),
+        (
+            ("redrive",),
+            NO_DAEMON | {"STORE": "mysql://db", "RETENTION": "a week"},
+            ["STORE", "RETENTION"],
+        ),
+        (
+            ("removals",),
+            NO_DAEMON | {"STORE": "mysql://db", "LOG_FORMAT": "text"},
+            ["STORE", "LOG_FORMAT"],
+        ),
+        (
+            ("check", "rules.yaml"),
+            {"PUBLC_URL": "https://x", "RULSE": "r.yaml"},
+            ["PUBLC_URL", "RULSE"],
+        ),
+        (
+            ("explain", "rules.yaml", "message.json"),
+            {"HEADER_PREFX": "Upstash", "HEADER_PREFIX": "two words"},
+            ["HEADER_PREFX", "HEADER_PREFIX"],
+        ),
+        (
+            ("test", "rules.yaml", "rules.test.yaml"),
+            {"HEADER_PREFX": "Upstash", "HEADER_PREFIX": "two words"},
+            ["HEADER_PREFX", "HEADER_PREFIX"],
+        ),
+    ],
+)
+def test_a_command_names_every_setting_it_lacks_at_once(
+    tmp_path: Path, args: tuple[str, ...], settings: dict[str, str], named: list[str]
+) -> None:
+    """Each command checks the settings it uses as `serve` does: every problem at once, a
+    line each naming its variable, before it does anything (no store made). The rules
+    commands, which run anywhere, read only their own and exit 2, as for a bad option."""
+    result = run_in(tmp_path, *args, **settings)
+    assert result.returncode == (2 if args[0] in ("check", "explain", "test") else 1)
+    assert result.stderr.startswith("Error: RECOVERYD_"), result.stderr
+    lines = result.stderr.removeprefix("Error: ").splitlines()
+    assert [re.sub(r"^RECOVERYD_(\w+): .*", r"\1", line) for line in lines] == named
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_command_says_what_a_missing_setting_is_for(tmp_path: Path) -> None:
+    """rotate-token's lines say what each setting it lacks is needed for."""
+    result = run_in(tmp_path, "rotate-token", **NO_DAEMON)
+    assert result.stderr.splitlines() == [
+        "Error: RECOVERYD_SERVICE_URL: required",
+        "RECOVERYD_CREDENTIALS_FILE: required, or RECOVERYD_CREDENTIALS_KEY: where the "
+        "new token is kept (the key seals it into a PostgreSQL store)",
+        "RECOVERYD_ACCOUNT_USERNAME: required: the token reset's basic credentials "
+        "(a credentials file may hold them instead)",
+        "RECOVERYD_ACCOUNT_PASSWORD: required: the token reset's basic credentials "
+        "(a credentials file may hold them instead)",
+    ]
+
+
+def test_the_rules_commands_read_no_setting_of_the_daemons_but_their_own(tmp_path: Path) -> None:
+    """`check` in an environment made for another daemon (a store it cannot use) checks the
+    rules: only RECOVERYD_RULES is its."""
+    rules = Path(__file__).resolve().parent.parent / "rules.yaml"
+    result = run_in(tmp_path, "check", STORE="mysql://db", RULES=str(rules), LISTEN="nowhere")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{rules}: ok: ")
+
+
+def test_check_and_test_count_one_rule_one_sweep_one_test_in_the_singular(
+    tmp_path: Path,
+) -> None:
+    """`1 rule, 1 sweep`, `1 test`: never `1 rules`."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\n"
+        "rules:\n"
+        "  - name: everything\n"
+        "    match: {}\n"
+        "    action: ignore\n"
+        "sweeps:\n"
+        "  - name: nightly\n"
+        "    schedule: 0 3 * * *\n"
+        "    action: resume\n"
+        "    filter: {fromDate: -24h}\n"
+    )
+    tests = tmp_path / "rules.test.yaml"
+    tests.write_text(
+        "tests:\n  - name: all ignored\n    message: {dlqId: d1}\n    expect: {rule: everything}\n"
+    )
+    checked = run_in(tmp_path, "check", "rules.yaml")
+    assert checked.stdout == "rules.yaml: ok: 1 rule, 1 sweep\n", checked.stderr
+    tested = run_in(tmp_path, "test", "rules.yaml", "rules.test.yaml")
+    assert tested.stdout.splitlines()[-1] == "1 test, 1 passed, 0 failed", tested.stderr
+
+
+def test_redrive_counts_one_dlq_id_in_the_singular(tmp_path: Path) -> None:
+    """`would redrive 1 dlqId`, not `1 dlqId(s)`."""
+
+    async def one_failed() -> None:
+        async with open_store(f"sqlite:///{tmp_path / 'recoveryd.db'}") as store:
+            await settled(store, ["dlq-1"], "failed", now=time.time())
+
+    asyncio.run(one_failed())
+    result = run_in(tmp_path, "redrive", **NO_DAEMON)
+    assert result.stdout.splitlines() == [
+        "dlq-1",
+        "would redrive 1 dlqId in state failed; run again with --yes to do it",
+    ], result.stderr
+
+
+def test_a_postgresql_store_that_cannot_be_reached_is_one_line_saying_why(
+    tmp_path: Path,
+) -> None:
+    """The server's own reason, once, on one line: no warning per connection attempt
+    before it, no password in it."""
+    store = "postgresql://recoveryd:s3cret@127.0.0.1:1/recoveryd"
+    result = run_in(tmp_path, "removals", STORE=store, **NO_DAEMON)
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        "Error: RECOVERYD_STORE: cannot open the PostgreSQL store "
+        "postgresql://***@127.0.0.1:1/recoveryd: connection failed: "
+    )
+    assert "Connection refused" in line
+    assert "s3cret" not in result.stderr

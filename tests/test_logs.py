@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
 
 from daemon.logs import RepeatFilter
+from tests.processes import serving
 
 
 def _run(repeat: RepeatFilter, **event: Any) -> dict[str, Any] | None:
@@ -54,3 +59,29 @@ def test_each_store_problem_and_each_circuit_is_news_of_its_own() -> None:
     assert _run(repeat, level="warning", event="circuit open", operation="resume")
     assert _run(repeat, level="warning", event="circuit open", operation="restart")
     assert _run(repeat, level="warning", event="circuit open", operation="resume") is None
+
+
+def _sweep_scheduled(tmp_path: Path, log_format: str) -> str:
+    """The log line of `serve` (the repository's rules, whose sweep runs nightly) that says
+    when the sweep runs next."""
+    with serving(tmp_path, LOG_FORMAT=log_format) as served:
+        _, logs = served.stop()
+    [line] = [line for line in logs.splitlines() if "sweep scheduled" in line]
+    return line
+
+
+def test_console_logs_show_times_in_iso_8601(tmp_path: Path) -> None:
+    """A person reads `next_run_at=2026-11-28T03:00:00Z`, not seconds since the epoch,
+    in the same form as the line's own timestamp."""
+    line = _sweep_scheduled(tmp_path, "console")
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z ", line), line
+    assert re.search(r"\bnext_run_at=\d{4}-\d\d-\d\dT03:00:00Z\b", line), line
+
+
+def test_json_logs_keep_times_as_numbers(tmp_path: Path) -> None:
+    """A machine reads JSON: a time field is seconds since the epoch, as docs/operating.md
+    says, beside the ISO 8601 `timestamp` of the line."""
+    event = json.loads(_sweep_scheduled(tmp_path, "json"))
+    assert isinstance(event["next_run_at"], float)
+    assert datetime.fromtimestamp(event["next_run_at"], UTC).strftime("%H:%M:%S") == "03:00:00"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", event["timestamp"])

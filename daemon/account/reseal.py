@@ -29,7 +29,7 @@ async def reseal(settings: Settings) -> str:
         )
     keys = settings.CREDENTIALS_KEY.get_secret_value()
     try:
-        async with open_store(settings.STORE, release_leases=False) as store:
+        async with open_store(settings.STORE, release_leases=False, create=False) as store:
             if not isinstance(store, CredentialsStore):  # the settings' checks refuse it
                 raise ResealError("RECOVERYD_CREDENTIALS_KEY: needs a PostgreSQL store")
             resealed = await StoreVault(store, keys).reseal()

@@ -32,7 +32,7 @@ from daemon.account import credentials_file
 from daemon.account.credentials_file import CredentialsFileError, Saved
 from daemon.account.vault import Vault
 from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
-from daemon.settings import Settings, SettingsError
+from daemon.settings import Settings, SettingsError, needs
 from daemon.store import StoreUnavailable, open_store
 from daemon.upstream import (
     Credentials,
@@ -43,6 +43,10 @@ from daemon.upstream import (
     ServiceError,
 )
 
+# Where the token comes from without --from: set-token's own need (daemon/cli.py).
+TOKEN_GIVEN = needs(
+    "TOKEN_FILE", "TOKEN", why="the token to save, unless --from names where it is (- for stdin)"
+)
 # A few tries, over seconds, not the pipeline's two minutes: someone waits at a prompt.
 _CHECK_RETRY = RetryPolicy(max_attempts=3, max_elapsed=15.0)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import cast, get_args
 
 from daemon.emulator.ratelimit import Announce, Counting
+from daemon.variables import misspelt
 from daemon.words import did_you_mean, either
 
 # The fields whose value is a credential: generated when left empty, never shown in a repr.
@@ -92,35 +93,79 @@ class EmulatorConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EmulatorConfig:
-        """Read the `EMULATOR_*` variables; unset or empty ones keep their default."""
+        """Read the `EMULATOR_*` variables; unset or empty ones keep their default.
+        EmulatorSettingsError names every problem at once, a line each naming its
+        variable, as recoveryd's own settings do."""
         env = os.environ if environ is None else environ
+        problems = misspelt(env, "EMULATOR_", _VARIABLES, "an emulator setting")
 
         def text(variable: str, default: str = "") -> str:
             return env.get(variable, "").strip() or default
 
+        def checked(variable: str, default: str, ok: Callable[[str], bool], must: str) -> str:
+            value = text(variable, default)
+            if ok(value):
+                return value
+            problems.append(f"{variable}: must be {must}; got {value!r}")
+            return default
+
         def limit(variable: str) -> int | None:
-            value = text(variable)
-            if value and (not re.fullmatch("[0-9]+", value) or int(value) < 1):
-                raise ValueError(f"{variable} must be a positive integer, got {value!r}")
+            value = checked(variable, "", _positive, "a positive integer")
             return int(value) if value else None
 
-        def switch(variable: str) -> bool:
-            value = text(variable, "false").lower()
-            if value not in ("true", "false"):
-                raise ValueError(f"{variable} must be true or false, got {value!r}")
-            return value == "true"
+        def one_of(variable: str, choices: tuple[str, ...]) -> str:
+            value = text(variable, choices[0])
+            if value in choices:
+                return value
+            hint = did_you_mean(value, choices)
+            problems.append(
+                f"{variable}: must be {either(choices)}; got {value!r}"
+                + (f"; {hint}" if hint else "")
+            )
+            return choices[0]
 
+        prefix = checked(
+            "EMULATOR_HEADER_PREFIX", DEFAULT_HEADER_PREFIX,
+            lambda value: _PREFIX_WORD.match(value) is not None,
+            "one word of letters and digits, e.g. Service",
+        )  # fmt: skip
+        per_second = limit("EMULATOR_MAX_RPS")
+        per_day = limit("EMULATOR_MAX_REQUESTS_PER_DAY")
+        refuse_gone = checked(
+            "EMULATOR_REFUSE_GONE_DLQ_IDS", "false", lambda value: value.lower() in _SWITCH,
+            "true or false",
+        ).lower() == "true"  # fmt: skip
+        announce = one_of("EMULATOR_RATE_LIMIT_HEADERS", get_args(Announce))
+        window = one_of("EMULATOR_RATE_LIMIT_WINDOW", get_args(Counting))
+        if problems:
+            raise EmulatorSettingsError("\n".join(problems))
         return cls(
             token=text("EMULATOR_TOKEN"),
             username=text("EMULATOR_USERNAME", DEFAULT_USERNAME),
             password=text("EMULATOR_PASSWORD"),
             signing_key_current=text("EMULATOR_SIGNING_KEY_CURRENT"),
             signing_key_next=text("EMULATOR_SIGNING_KEY_NEXT"),
-            header_prefix=text("EMULATOR_HEADER_PREFIX", DEFAULT_HEADER_PREFIX),
-            max_requests_per_second=limit("EMULATOR_MAX_RPS"),
-            max_requests_per_day=limit("EMULATOR_MAX_REQUESTS_PER_DAY"),
-            refuse_gone_dlq_ids=switch("EMULATOR_REFUSE_GONE_DLQ_IDS"),
-            # Checked by _validate: a value not among the Literal's is refused there.
-            rate_limit_headers=cast(Announce, text("EMULATOR_RATE_LIMIT_HEADERS", "always")),
-            rate_limit_window=cast(Counting, text("EMULATOR_RATE_LIMIT_WINDOW", "fixed")),
+            header_prefix=prefix,
+            max_requests_per_second=per_second,
+            max_requests_per_day=per_day,
+            refuse_gone_dlq_ids=refuse_gone,
+            rate_limit_headers=cast(Announce, announce),
+            rate_limit_window=cast(Counting, window),
         )
+
+
+class EmulatorSettingsError(ValueError):
+    """EMULATOR_* variables with problems; `str()` is what to print, a line a problem."""
+
+
+# The EMULATOR_* variables `from_env` reads, without the prefix (docs/emulator.md).
+_VARIABLES = (
+    "TOKEN", "USERNAME", "PASSWORD", "SIGNING_KEY_CURRENT", "SIGNING_KEY_NEXT", "HEADER_PREFIX",
+    "MAX_RPS", "MAX_REQUESTS_PER_DAY", "REFUSE_GONE_DLQ_IDS", "RATE_LIMIT_HEADERS",
+    "RATE_LIMIT_WINDOW",
+)  # fmt: skip
+_SWITCH = ("false", "true")
+
+
+def _positive(value: str) -> bool:
+    return not value or (re.fullmatch("[0-9]+", value) is not None and int(value) >= 1)

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from daemon.durations import shown_duration
+from daemon.words import counted
 
 
 def described(removals: Iterable[dict[str, Any]]) -> str:
@@ -30,7 +31,7 @@ def _block(removal: dict[str, Any]) -> str:
         lines.append(f"  reason    {removal['reason']}")
     threshold = removal["threshold"]
     lines.append(
-        f"  rule      {removal['rule']}: {threshold['failures']} failures within "
+        f"  rule      {removal['rule']}: {counted(threshold['failures'], 'failure')} within "
         f"{shown_duration(threshold['withinSeconds'])}"
     )
     for number, item in enumerate(removal["evidence"]):

@@ -89,7 +89,7 @@ async def removals_now(settings: Settings, group: str | None) -> list[dict[str, 
             found: list[dict[str, Any]] = answer["removals"]
             return found
     try:
-        async with open_store(settings.STORE, release_leases=False) as store:
+        async with open_store(settings.STORE, release_leases=False, create=False) as store:
             return await store.removals(group)
     except StoreUnavailable as exc:
         raise RemovalsError(f"RECOVERYD_STORE: {exc}") from None
@@ -121,7 +121,7 @@ async def _restore_here(settings: Settings, group: str, name: str) -> dict[str, 
     metrics = Metrics(CollectorRegistry())
     try:
         async with (
-            open_store(settings.STORE, release_leases=False) as store,
+            open_store(settings.STORE, release_leases=False, create=False) as store,
             httpx.AsyncClient(timeout=30.0) as http,
         ):
             vault = vault_for(settings, store)

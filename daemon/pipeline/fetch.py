@@ -33,6 +33,7 @@ from daemon.store.backoff import StoreBackoff
 from daemon.store.records import Claimed, Outcome, Pending
 from daemon.supervisor import Supervisor
 from daemon.upstream import NotFound, ServiceClient, ServiceError
+from daemon.words import counted
 
 log = structlog.get_logger(__name__)
 _OPERATION = "get_dlq_message"
@@ -293,7 +294,8 @@ class Fetcher:
         refusals = claimed.refusals + refused
         if refused and refusals >= self._max_tries:
             log.error("dlq message not fetched; giving up", dlq_id=claimed.dlq_id, reason=reason)
-            why = f"{reason} ({refusals} final answers in {claimed.tries} tries)"
+            answers = counted(refusals, "final answer")
+            why = f"{reason} ({answers} in {counted(claimed.tries, 'try', 'tries')})"
             return Outcome(claimed.dlq_id, "failed", reason=why, refused=True, calls=calls)
         delay = backoff(claimed.tries, self._retry_base, self._retry_cap, self._rand)
         # An outage fails thousands at once: the log's repeat filter folds these lines

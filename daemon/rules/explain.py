@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from daemon.rules.callback import CARRIED
 from daemon.rules.ruleset import Decision, Rule, Ruleset
-from daemon.words import plural
+from daemon.words import counted
 
 # How a budget counts, said where a user looks (`recoveryd explain`, docs/rules.md).
 BUDGET_COUNTS = (
@@ -93,7 +93,7 @@ def _removal(rule: Rule, message: Mapping[str, Any]) -> dict[str, Any]:
     endpoint = {"name": name} if isinstance(name, str) and name else {"url": url}
     threshold = spec.threshold
     condition = (
-        f"after {plural(threshold.failures, 'failure')} within {threshold.within:g}s"
+        f"after {counted(threshold.failures, 'failure')} within {threshold.within:g}s"
         if threshold
         else ""
     )

@@ -37,6 +37,14 @@ class StoreUnavailable(Exception):
     """The store cannot take or answer a request right now; the caller may try again."""
 
 
+class StoreMissing(Exception):
+    """A command that works on what the daemon recorded found no store where
+    RECOVERYD_STORE points (only `serve` creates one): `str()` is what to print."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"{problem}: is RECOVERYD_STORE set as for serve?")
+
+
 @dataclass(frozen=True, slots=True)
 class Callback:
     """A failure callback as received: its DLQ id and the exact bytes that were signed.
@@ -432,16 +440,24 @@ class Store(Protocol):
 
 @contextlib.asynccontextmanager
 async def open_store(
-    url: str, *, observe_commit: Callable[[int], None] | None = None, **options: Any
+    url: str,
+    *,
+    observe_commit: Callable[[int], None] | None = None,
+    create: bool = True,
+    **options: Any,
 ) -> AsyncIterator[Store]:
     """The store that `url` (RECOVERYD_STORE) names, open for the duration of the block;
-    `options` are the store's own (see SQLiteStore.open, PostgresStore.open)."""
+    `options` are the store's own (see SQLiteStore.open, PostgresStore.open). With
+    `create` false (a command reading what the daemon recorded), a store not made yet is
+    StoreMissing, and nothing is created: a mistyped URL must not read as a store with
+    nothing in it."""
     if url.startswith(POSTGRES_SCHEMES):
         from daemon.store.postgres import PostgresStore
 
         # Replicas share the leases: none is released at start (a crashed one's expire).
         options.pop("release_leases", None)
-        async with PostgresStore.open(url, observe_commit=observe_commit, **options) as pg:
+        postgres = PostgresStore.open(url, observe_commit=observe_commit, create=create, **options)
+        async with postgres as pg:
             yield pg
         return
     from daemon.store.sqlite import SQLiteStore
@@ -449,5 +465,6 @@ async def open_store(
     if not url.startswith("sqlite:///"):
         raise ValueError(f"no store for {url!r}; use sqlite:///PATH or postgresql://...")
     path = Path(url.removeprefix("sqlite:///"))
-    async with SQLiteStore.open(path, observe_commit=observe_commit, **options) as store:
+    opened = SQLiteStore.open(path, observe_commit=observe_commit, create=create, **options)
+    async with opened as store:
         yield store

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from daemon.store.removals import EndpointFailure
+from daemon.words import counted
 
 State = Literal["received", "decided", "batched", "done", "gone", "skipped", "failed", "dry-run"]
 STATES: tuple[State, ...] = (
@@ -218,7 +219,7 @@ def over_budget_reason(key: str, run: str | None, made: int) -> str:
     the run `run`) was recovered `made` times already."""
     return (
         f"{OVER_BUDGET}workflow {key} (this run: {run}) was "
-        f"already recovered {made} times in the rule's window, its maxRecoveries"
+        f"already recovered {counted(made, 'time')} in the rule's window, its maxRecoveries"
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from daemon.urls import without_credentials
+from daemon.words import counted, plural
 
 if TYPE_CHECKING:  # records.py imports this module
     from daemon.store.records import State
@@ -163,7 +164,8 @@ def capped_reason(
         why = "removals are off (RECOVERYD_MAX_REMOVALS_PER_HOUR is 0)"
     else:
         why = (
-            f"{made} endpoints were removed in the last hour, the cap "
+            f"{counted(made, 'endpoint')} {plural(made, 'was', 'were')} removed in the last "
+            "hour, the cap "
             f"(RECOVERYD_MAX_REMOVALS_PER_HOUR)"
         )
     where = f"endpoint {shown(name, url)} of URL Group {group}"

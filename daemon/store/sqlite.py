@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from daemon.store import Added, Callback, StoreUnavailable, Unshared
+from daemon.store import Added, Callback, StoreMissing, StoreUnavailable, Unshared
 from daemon.store import sqlite_endpoints as endpoints
 from daemon.store import sqlite_health as health
 from daemon.store import sqlite_lineage as lineage
@@ -127,8 +127,11 @@ class SQLiteStore:
         release_leases: bool = True,
         health_interval: float = 1.0,
         max_page_count: int | None = None,
+        create: bool = True,
     ) -> AsyncIterator[SQLiteStore]:
-        """Open (creating and migrating if needed) the store at `path` for the block.
+        """Open (creating and migrating if needed) the store at `path` for the block;
+        with `create` false, a file that does not exist, or holds no recoveryd schema, is
+        StoreMissing and left as it is.
 
         `busy_timeout` is how long a write waits for another process's lock;
         `commit_timeout` how long a commit may take before its callers get StoreUnavailable
@@ -146,11 +149,14 @@ class SQLiteStore:
         loop = asyncio.get_running_loop()
         try:
             connection = await loop.run_in_executor(
-                executor, _connect, path, busy_timeout, release_leases, max_page_count
+                executor, _connect, path, busy_timeout, release_leases, max_page_count, create
             )
         except sqlite3.Error as exc:
             executor.shutdown()
             raise StoreUnavailable(f"cannot open the SQLite store {path}: {exc}") from None
+        except StoreMissing:
+            executor.shutdown()
+            raise
         store = cls(
             connection,
             executor,
@@ -668,10 +674,17 @@ def _transaction(connection: sqlite3.Connection) -> Any:
 
 
 def _connect(
-    path: Path, busy_timeout: float, release_leases: bool, max_page_count: int | None
+    path: Path,
+    busy_timeout: float,
+    release_leases: bool,
+    max_page_count: int | None,
+    create: bool = True,
 ) -> sqlite3.Connection:
     # isolation_level=None: transactions are explicit (BEGIN/COMMIT above), never implicit.
-    connection = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
+    if create:
+        connection = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
+    else:
+        connection = _existing(path, busy_timeout)
     try:
         # Only a new file takes it (before its first table): pages that retention frees
         # can then be given back to the file system (sqlite_retention.release_space).
@@ -693,6 +706,29 @@ def _connect(
     except BaseException:
         connection.close()
         raise
+    return connection
+
+
+def _existing(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    """A connection to the store at `path`, which must be one already: opened read-write
+    without create (`mode=rw`), and let go untouched (no pragma written, no migration)
+    unless a migration has made it a store."""
+    shown = str(path) if path.is_absolute() else os.path.join(".", path)
+    uri = f"{path.absolute().as_uri()}?mode=rw"
+    try:
+        connection = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout)
+    except sqlite3.OperationalError:
+        if not path.exists():
+            raise StoreMissing(f"no store at {shown}") from None
+        raise
+    try:
+        version: int = connection.execute("PRAGMA user_version").fetchone()[0]
+    except BaseException:
+        connection.close()
+        raise
+    if version == 0:
+        connection.close()
+        raise StoreMissing(f"{shown} is not a recoveryd store")
     return connection
 
 

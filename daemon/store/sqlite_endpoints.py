@@ -30,6 +30,7 @@ from daemon.store.removals import (
     RemovalResult,
     shown,
 )
+from daemon.words import plural
 
 # Migration (see sqlite.MIGRATIONS). `endpoint` is how the failures name the endpoint:
 # its name, else its url. A failure is used up (`removal_id`) by the removal its
@@ -109,7 +110,7 @@ def count_failure(
     )
     window = _window(connection, group, endpoint, failure.within)
     counted = (
-        f"counted {len(window)} of {failure.failures} failures within "
+        f"counted {len(window)} of {failure.failures} {plural(failure.failures, 'failure')} within "
         f"{shown_duration(failure.within)} of {where}"
     )
     under_way = connection.execute(

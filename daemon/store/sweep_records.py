@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from daemon.store.records import Load
+from daemon.words import counted
 
 SweepResult = Literal["success", "failure", "unknown", "interrupted", "dry-run"]
 SWEEP_RESULTS: tuple[SweepResult, ...] = (
@@ -160,7 +161,7 @@ def interrupted_error(run: SweepRun, sending: Sequence[Any] | None) -> str:
         return "cut short between two pages (recoveryd stopped)"
     page, count = sending
     lost = "the listing's answer was lost" if run.dry_run else (
-        f"the service may have recovered up to {count} runs that are not recorded "
+        f"the service may have recovered up to {counted(count, 'run')} that are not recorded "
         "here (they left the DLQ, so none is recovered twice)"
     )  # fmt: skip
     return f"cut short (recoveryd stopped) while page {page} was out: {lost}"

@@ -33,7 +33,7 @@ from daemon.upstream import (
     ServiceClient,
     ServiceError,
 )
-from daemon.words import did_you_mean
+from daemon.words import counted, did_you_mean
 
 NOT_BY_HAND = (
     "a sweep runs on its schedule in `recoveryd serve` (one run at a time, each recorded: "
@@ -88,7 +88,7 @@ async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[st
             raise SweepCommandError(f"the service did not list the DLQ: {exc}") from None
     limit = f"; more match beyond maxPerRun ({spec.max_per_run})" if more else ""
     done = {"resume": "resumed", "restart": "restarted"}[spec.action]
-    echo(f"{count} workflow run(s) would be {done} by sweep {name}{limit}")
+    echo(f"{counted(count, 'workflow run')} would be {done} by sweep {name}{limit}")
 
 
 def _line(message: FailedWorkflowRun) -> str:

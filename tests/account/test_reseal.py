@@ -79,10 +79,30 @@ def test_reseal_moves_the_row_to_the_first_key(tmp_path: Path, postgres_url: str
         assert secret not in done.stdout + done.stderr
 
 
+async def made(url: str) -> None:
+    """The store, as `serve` makes it at its first start."""
+    async with open_store(url):
+        pass
+
+
 def test_reseal_with_nothing_saved_says_so(tmp_path: Path, postgres_url: str) -> None:
+    asyncio.run(made(postgres_url))
     done = reseal(tmp_path, STORE=postgres_url, CREDENTIALS_KEY=Fernet.generate_key().decode())
     assert done.returncode == 0, done.stderr
     assert done.stdout == "no credentials are saved in the store yet: nothing to reseal\n"
+
+
+def test_reseal_refuses_a_database_serve_never_made_a_store(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A database without recoveryd's schema (RECOVERYD_STORE not as for serve) is not
+    read as a store with nothing saved, and is left without one."""
+    done = reseal(tmp_path, STORE=postgres_url, CREDENTIALS_KEY=Fernet.generate_key().decode())
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: no store in the PostgreSQL database postgresql://")
+    assert done.stderr.endswith(": is RECOVERYD_STORE set as for serve?\n")
+    with psycopg.connect(postgres_url) as connection:
+        assert connection.execute("SELECT to_regclass('recoveryd_schema')").fetchone() == (None,)
 
 
 def test_reseal_without_the_old_key_changes_nothing(tmp_path: Path, postgres_url: str) -> None:
@@ -99,4 +119,4 @@ def test_reseal_without_the_old_key_changes_nothing(tmp_path: Path, postgres_url
 def test_reseal_needs_the_key(tmp_path: Path) -> None:
     done = reseal(tmp_path)
     assert done.returncode == 1
-    assert "RECOVERYD_CREDENTIALS_KEY is not set: no credentials are sealed" in done.stderr
+    assert done.stderr.startswith("Error: RECOVERYD_CREDENTIALS_KEY: required: the keys the ")

@@ -184,7 +184,10 @@ def test_without_from_the_token_comes_from_the_token_file(tmp_path: Path) -> Non
 def test_nowhere_to_save_it_is_said(tmp_path: Path) -> None:
     done = set_token(tmp_path, TOKEN, "--no-check")
     assert done.returncode == 1
-    assert "nowhere to save the token: set RECOVERYD_CREDENTIALS_FILE" in done.stderr
+    assert done.stderr == (
+        "Error: RECOVERYD_CREDENTIALS_FILE: required, or RECOVERYD_CREDENTIALS_KEY: where the "
+        "new token is kept (the key seals it into a PostgreSQL store)\n"
+    )
 
 
 def test_with_postgresql_the_token_is_sealed_and_every_replica_takes_it_up(

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from daemon.emulator import EmulatorConfig
+from daemon.emulator.config import EmulatorSettingsError
 
 
 def test_missing_credentials_are_generated() -> None:
@@ -76,15 +77,36 @@ def test_how_the_rate_limit_is_counted_and_told_is_read_from_the_environment() -
         {"EMULATOR_RATE_LIMIT_HEADERS": "on_429", "EMULATOR_RATE_LIMIT_WINDOW": "sliding"}
     )
     assert (config.rate_limit_headers, config.rate_limit_window) == ("on_429", "sliding")
-    with pytest.raises(ValueError, match="rate_limit_headers"):
+    with pytest.raises(ValueError, match="EMULATOR_RATE_LIMIT_HEADERS"):
         EmulatorConfig.from_env({"EMULATOR_RATE_LIMIT_HEADERS": "never"})
 
 
 def test_a_mistyped_rate_limit_setting_is_refused_with_the_nearest_value() -> None:
     """A value close to one of the Literal's gets "did you mean" that value."""
     expected = (
-        "rate_limit_window must be one of 'fixed' or 'sliding'; got 'slidng'; "
+        "EMULATOR_RATE_LIMIT_WINDOW: must be fixed or sliding; got 'slidng'; "
         "did you mean 'sliding'?"
     )
-    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+    with pytest.raises(EmulatorSettingsError, match=f"^{re.escape(expected)}$"):
         EmulatorConfig.from_env({"EMULATOR_RATE_LIMIT_WINDOW": "slidng"})
+
+
+def test_every_bad_variable_is_named_at_once() -> None:
+    """As recoveryd's settings: a line per problem, each naming its variable, all at once,
+    a misspelt EMULATOR_* variable with the nearest name."""
+    with pytest.raises(EmulatorSettingsError) as refused:
+        EmulatorConfig.from_env({
+            "EMULATOR_MAX_RPS": "many",
+            "EMULATOR_HEADER_PREFIX": "Not A-Word",
+            "EMULATOR_REFUSE_GONE_DLQ_IDS": "maybe",
+            "EMULATOR_RATE_LIMIT_WINDOW": "rolling",
+            "EMULATOR_MAX_RSP": "5",
+        })  # fmt: skip
+    assert str(refused.value).splitlines() == [
+        "EMULATOR_MAX_RSP: not an emulator setting; did you mean EMULATOR_MAX_RPS?",
+        "EMULATOR_HEADER_PREFIX: must be one word of letters and digits, e.g. Service; "
+        "got 'Not A-Word'",
+        "EMULATOR_MAX_RPS: must be a positive integer; got 'many'",
+        "EMULATOR_REFUSE_GONE_DLQ_IDS: must be true or false; got 'maybe'",
+        "EMULATOR_RATE_LIMIT_WINDOW: must be fixed or sliding; got 'rolling'",
+    ]

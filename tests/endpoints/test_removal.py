@@ -144,7 +144,7 @@ async def test_the_hourly_cap_holds_and_counts_removals_made_before_a_restart(
     for record in (held, after_restart):
         assert record["state"] == "skipped"
         assert record["reason"].startswith(
-            "held back: 1 endpoints were removed in the last hour, the cap "
+            "held back: 1 endpoint was removed in the last hour, the cap "
             "(RECOVERYD_MAX_REMOVALS_PER_HOUR); endpoint c of URL Group"
         )
     assert capped == 1

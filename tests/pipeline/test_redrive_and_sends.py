@@ -192,7 +192,7 @@ def test_the_redrive_command_prints_first_and_acts_with_yes(tmp_path: Path) -> N
         return done.stdout
 
     preview = redrive("--state", "failed")
-    assert preview.splitlines() == [*sorted(dlq_ids), "would redrive 3 dlqId(s) in state "
+    assert preview.splitlines() == [*sorted(dlq_ids), "would redrive 3 dlqIds in state "
                                     "failed; run again with --yes to do it"]  # fmt: skip
-    assert "redriven: 3 dlqId(s)" in redrive("--yes", "--since", "1h")
+    assert "redriven: 3 dlqIds" in redrive("--yes", "--since", "1h")
     assert "would redrive 0" in redrive()

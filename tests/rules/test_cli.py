@@ -330,7 +330,8 @@ def test_an_empty_header_prefix_setting_counts_as_unset() -> None:
 def test_a_header_prefix_that_is_not_one_word_is_refused_as_the_daemon_refuses_it(
     tmp_path: Path, command: str, source: str
 ) -> None:
-    """The daemon's own check and message, naming the flag and the variable; exit 2."""
+    """The daemon's own check and message, naming the flag, or the variable as serve
+    names it; exit 2."""
     tests = write(tmp_path / "tests.yaml", PASSING)
     second = EXAMPLES / "workflow-503.json" if command == "explain" else tests
     flag = ["--header-prefix", "X-Service"] if source == "flag" else []
@@ -338,9 +339,9 @@ def test_a_header_prefix_that_is_not_one_word_is_refused_as_the_daemon_refuses_i
     result = invoke(command, RULES, second, *flag, env=env)
     assert result.exit_code == 2
     assert result.stdout == ""
+    named = "Invalid value for '--header-prefix'" if flag else "RECOVERYD_HEADER_PREFIX"
     assert result.stderr.endswith(
-        "Error: Invalid value for '--header-prefix' (env var: 'RECOVERYD_HEADER_PREFIX'): "
-        "must be one word of letters, e.g. Service or Upstash; got 'X-Service'\n"
+        f"Error: {named}: must be one word of letters, e.g. Service or Upstash; got 'X-Service'\n"
     )
 
 
@@ -348,7 +349,7 @@ def test_a_header_prefix_that_is_not_one_word_is_refused_as_the_daemon_refuses_i
 def test_help_names_the_header_prefix_setting(command: str) -> None:
     """--help says where the prefix comes from when the flag is not given."""
     result = invoke(command, "--help")
-    assert "[env var: RECOVERYD_HEADER_PREFIX; default: Service]" in result.stdout
+    assert "Default: RECOVERYD_HEADER_PREFIX, or Service." in result.stdout
 
 
 def test_explain_with_invalid_rules_exits_1_with_the_problems(tmp_path: Path) -> None:
@@ -501,7 +502,7 @@ def test_test_reads_the_header_prefix_from_the_daemons_setting(tmp_path: Path) -
     env: dict[str, str | None] = {"RECOVERYD_HEADER_PREFIX": "Upstash"}
     result = invoke("test", rules, tests, env=env)
     assert result.exit_code == 0, result.stdout
-    assert result.stdout.endswith("1 tests, 1 passed, 0 failed\n")
+    assert result.stdout.endswith("1 test, 1 passed, 0 failed\n")
     flagged = invoke("test", rules, tests, "--header-prefix", "Service", env=env)
     assert flagged.exit_code == 1
     assert "    expected rule 'restart-on-503', got none (no rule matches)\n" in flagged.stdout

@@ -102,6 +102,24 @@ async def test_a_server_that_cannot_be_reached_is_reported_without_the_password(
     assert "s3cret" not in str(refused.value)
 
 
+async def test_a_server_that_refuses_says_why_not_only_that_it_timed_out() -> None:
+    """The server's own reason (nothing listening), not the pool's "initialization
+    incomplete": what a person can act on."""
+    with pytest.raises(StoreUnavailable) as refused:
+        async with OpenStore("postgresql://recoveryd@127.0.0.1:1/recoveryd")(connect_timeout=1.0):
+            pass
+    assert "Connection refused" in str(refused.value)
+    assert "pool initialization incomplete" not in str(refused.value)
+
+
+async def test_a_database_that_does_not_exist_is_named(postgres_url: str) -> None:
+    """A database missing on a server that answers: the server says which."""
+    url = postgres_url.rsplit("/", 1)[0] + "/no_such_database"
+    with pytest.raises(StoreUnavailable, match='database "no_such_database" does not exist'):
+        async with OpenStore(url)(connect_timeout=1.0, create=False):
+            pass
+
+
 async def test_concurrent_claims_never_lease_a_dlq_id_to_two_owners(database: OpenStore) -> None:
     """500 callbacks, three stores with two workers each claiming 7 at a time until none
     is left: every dlqId leased once (its first try), to the owner the database names."""

@@ -69,7 +69,7 @@ def test_dry_run_lists_exactly_what_the_filter_selects_and_changes_nothing(
     assert sorted(line.split()[0] for line in entries) == sorted(selected)
     assert all(len(line.split()) == 4 for line in entries)
     assert entries[0].split()[3] == "2025-11-20T00:53:20.000+00:00"  # fromDate, inclusive
-    assert summary == "130 workflow run(s) would be restarted by sweep restart-billing"
+    assert summary == "130 workflow runs would be restarted by sweep restart-billing"
     calls = journal(service_url)
     assert {(call["method"], call["path"]) for call in calls} == {("GET", "/v2/workflows/dlq")}
     assert sorted(in_dlq(service_url)) == sorted(selected + others)
@@ -84,8 +84,19 @@ def test_dry_run_stops_at_max_per_run_and_says_more_match(tmp_path: Path, servic
     lines = result.stdout.splitlines()
     assert len(lines) == 1 + 40 + 1
     assert lines[-1] == (
-        "40 workflow run(s) would be restarted by sweep restart-billing; "
+        "40 workflow runs would be restarted by sweep restart-billing; "
         "more match beyond maxPerRun (40)"
+    )
+
+
+def test_one_run_selected_is_counted_in_the_singular(tmp_path: Path, service_url: str) -> None:
+    """`1 workflow run would be`, not `1 workflow run(s)`."""
+    (tmp_path / "rules.yaml").write_text(sweep_rules("1h"))
+    seed(service_url, 1)
+    result = sweep(tmp_path, service_url, "restart-billing", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "1 workflow run would be restarted by sweep restart-billing"
     )
 
 
@@ -147,6 +158,6 @@ def test_dry_run_calls_with_the_token_a_rotation_sealed_into_the_store(
     result = sweep(tmp_path, service_url, "restart-billing", "--dry-run", **shared)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
-        "3 workflow run(s) would be restarted by sweep restart-billing"
+        "3 workflow runs would be restarted by sweep restart-billing"
     )
     assert {line.split()[0] for line in result.stdout.splitlines()[1:-1]} == set(selected)

@@ -23,7 +23,7 @@ import psycopg
 import psycopg_pool
 import structlog
 
-from daemon.store import Added, Callback, StoreUnavailable
+from daemon.store import Added, Callback, StoreMissing, StoreUnavailable
 from daemon.store.group_commit import GroupCommit
 from daemon.store.postgres import (
     endpoints,
@@ -105,8 +105,11 @@ class PostgresStore:
         max_pending: int = 10_000,
         pool_size: int = 10,
         health_interval: float = 1.0,
+        create: bool = True,
     ) -> AsyncIterator[PostgresStore]:
-        """Open the store at `url` for the block, creating or migrating its schema.
+        """Open the store at `url` for the block, creating or migrating its schema; with
+        `create` false, a database without recoveryd's schema is StoreMissing, and left
+        as it is.
 
         `commit_timeout` is how long a write (waiting for a connection included) may take
         before its callers get StoreUnavailable, `read_timeout` how long a read;
@@ -128,11 +131,19 @@ class PostgresStore:
         try:
             await pool.open(wait=True, timeout=connect_timeout)
             async with pool.connection() as connection:
-                await _migrate(connection)
+                await _migrate(connection, create, shown)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             await pool.close()
-            said = _said(exc)
+            said = (
+                await _refusal(url, connect_timeout)
+                if isinstance(exc, psycopg_pool.PoolTimeout)
+                else None
+            )
+            said = said or _said(exc)
             raise StoreUnavailable(f"cannot open the PostgreSQL store {shown}: {said}") from None
+        except StoreMissing:
+            await pool.close()
+            raise
         store = cls(
             pool,
             url,
@@ -634,11 +645,18 @@ async def _size(connection: Connection) -> int:
     return int(row[0]) if row else 0
 
 
-async def _migrate(connection: Connection) -> None:
+async def _migrate(connection: Connection, create: bool = True, shown: str = "") -> None:
     """Apply the migrations this database lacks, in one transaction, under an advisory
-    lock: replicas that start together wait for the first, then find nothing to do."""
+    lock: replicas that start together wait for the first, then find nothing to do.
+    Without `create`, a database with no schema yet is StoreMissing (`shown`: its URL
+    without the password), and nothing is created."""
     async with connection.transaction():
         await connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        if not create:
+            cursor = await connection.execute("SELECT to_regclass('recoveryd_schema')")
+            found = await cursor.fetchone()
+            if found is None or found[0] is None:
+                raise StoreMissing(f"no store in the PostgreSQL database {shown}")
         await connection.execute(
             "CREATE TABLE IF NOT EXISTS recoveryd_schema (version integer NOT NULL)"
         )
@@ -658,6 +676,20 @@ async def _migrate(connection: Connection) -> None:
             )
         else:
             await connection.execute("UPDATE recoveryd_schema SET version = %s", (len(MIGRATIONS),))
+
+
+async def _refusal(url: str, connect_timeout: float) -> str | None:
+    """Why the server took no connection, in its words (refused, no such database, a
+    password refused), from one more try: the pool says only that it waited. None if
+    that one goes through."""
+    try:
+        connection = await psycopg.AsyncConnection.connect(
+            url, autocommit=True, connect_timeout=max(1, int(connect_timeout))
+        )
+    except psycopg.Error as exc:
+        return _said(exc)
+    await connection.close()
+    return None
 
 
 def _said(exc: BaseException) -> str:

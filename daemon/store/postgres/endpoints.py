@@ -51,6 +51,7 @@ from daemon.store.removals import (
     RemovalResult,
     shown,
 )
+from daemon.words import plural
 
 # The advisory lock under which the removals of the last hour are counted against the
 # cap and an intent recorded: "removals" in ASCII (schema.MIGRATION_LOCK is another).
@@ -120,7 +121,7 @@ async def count_failure(
         return "done", f"already counted as a failure of {where} (a dlqId counts once)"
     window = await _window(connection, group, endpoint, failure.within)
     counted = (
-        f"counted {len(window)} of {failure.failures} failures within "
+        f"counted {len(window)} of {failure.failures} {plural(failure.failures, 'failure')} within "
         f"{shown_duration(failure.within)} of {where}"
     )
     cursor = await connection.execute(
