@@ -16,7 +16,7 @@ import pytest
 from daemon.store import Callback, StoreUnavailable
 from daemon.store.sqlite import MIGRATIONS, SQLiteStore, _transaction
 from tests.store.support import nonzero, old_database, received, retried, settled
-from tests.support import write_locked
+from tests.support import eventually, write_locked
 
 
 def _callback(dlq_id: str, body: bytes = b'{"dlqId": "x"}') -> Callback:
@@ -60,6 +60,21 @@ async def test_too_many_waiting_callbacks_are_refused_not_queued(tmp_path: Path)
             with pytest.raises(StoreUnavailable, match="behind"):
                 await store.add_callback(_callback("d-3"))
         assert await asyncio.gather(committing, *waiting) == ["accepted"] * 3
+
+
+async def test_a_commit_hung_at_shutdown_closes_the_file_once_it_ends(tmp_path: Path) -> None:
+    """The store stops without waiting for a hung commit, and closes its connection once
+    that commit ends: SQLite then checkpoints and removes the WAL, as after any close."""
+    path, wal = tmp_path / "s.db", tmp_path / "s.db-wal"
+    with contextlib.ExitStack() as lock:
+        async with SQLiteStore.open(path, busy_timeout=10.0, commit_timeout=0.1) as store:
+            lock.enter_context(write_locked(path))
+            with pytest.raises(StoreUnavailable, match="in time"):
+                await store.add_callback(_callback("d-1"))
+        assert wal.exists()  # stopped, the commit still waits for the lock
+    await eventually(lambda: not wal.exists(), what="the WAL to be removed")
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("SELECT dlq_id FROM callbacks").fetchall() == [("d-1",)]
 
 
 async def test_a_new_database_gets_the_current_schema_version(tmp_path: Path) -> None:
