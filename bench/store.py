@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -103,31 +104,30 @@ def fill(path: Path, records: int, pending: int, now: float, ids: Ids) -> float:
     """Write `records` final records and `pending` received ones straight into the
     store's file; the seconds it took."""
     started = time.perf_counter()
-    connection = sqlite3.connect(path, isolation_level=None)
-    # The bench's own fill, not the daemon's path: no journal and no flush, one writer.
-    connection.execute("PRAGMA journal_mode = OFF")
-    connection.execute("PRAGMA synchronous = OFF")
-    connection.execute("PRAGMA cache_size = -1000000")
-    first = ids.skip(records)
-    start, step = now - 2 * RETENTION, 2 * RETENTION / max(records, 1)
-    for low in range(0, records, FILL_TRANSACTION):
-        high = min(records, low + FILL_TRANSACTION)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
+        # The bench's own fill, not the daemon's path: no journal and no flush, one writer.
+        connection.execute("PRAGMA journal_mode = OFF")
+        connection.execute("PRAGMA synchronous = OFF")
+        connection.execute("PRAGMA cache_size = -1000000")
+        first = ids.skip(records)
+        start, step = now - 2 * RETENTION, 2 * RETENTION / max(records, 1)
+        for low in range(0, records, FILL_TRANSACTION):
+            high = min(records, low + FILL_TRANSACTION)
+            connection.execute("BEGIN")
+            connection.execute(FILL_FINAL, {"low": low, "high": high - 1, "first": first,
+                                            "start": start, "step": step, "head": BODY_HEAD,
+                                            "tail": BODY_TAIL, "batch": BATCH})  # fmt: skip
+            connection.execute(FILL_BATCHES, {"low": low, "high": high - 1, "batch": BATCH})
+            connection.execute("COMMIT")
+            print(f"  {high:,} records ...", end="\r", file=sys.stderr, flush=True)
         connection.execute("BEGIN")
-        connection.execute(FILL_FINAL, {"low": low, "high": high - 1, "first": first,
-                                        "start": start, "step": step, "head": BODY_HEAD,
-                                        "tail": BODY_TAIL, "batch": BATCH})  # fmt: skip
-        connection.execute(FILL_BATCHES, {"low": low, "high": high - 1, "batch": BATCH})
+        connection.executemany(
+            "INSERT INTO callbacks (dlq_id, body, received_at, tries, lease_until) "
+            "VALUES (?, ?, ?, ?, ?)",
+            _pending_rows(pending, now, ids),
+        )
         connection.execute("COMMIT")
-        print(f"  {high:,} records ...", end="\r", file=sys.stderr, flush=True)
-    connection.execute("BEGIN")
-    connection.executemany(
-        "INSERT INTO callbacks (dlq_id, body, received_at, tries, lease_until) "
-        "VALUES (?, ?, ?, ?, ?)",
-        _pending_rows(pending, now, ids),
-    )
-    connection.execute("COMMIT")
-    connection.execute("PRAGMA journal_mode = WAL")
-    connection.close()
+        connection.execute("PRAGMA journal_mode = WAL")
     return time.perf_counter() - started
 
 

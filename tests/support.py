@@ -8,8 +8,9 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -89,6 +90,20 @@ async def _asked(check: Callable[[], Any]) -> Any:
 
 def _still_waiting(seconds: float, what: str) -> str:
     return f"still waiting after {seconds:g} s" + (f" for {what}" if what else "")
+
+
+@contextlib.contextmanager
+def write_locked(database: Path) -> Iterator[None]:
+    """The SQLite file's write lock held by another connection (BEGIN IMMEDIATE, as another
+    process would) for the block; released, and the connection closed, however it ends."""
+    # Closed explicitly: `with sqlite3.connect()` only commits, and Python 3.13 warns (an
+    # error in the suite) of a connection left for the garbage collector.
+    with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as blocker:
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            blocker.execute("ROLLBACK")
 
 
 def emulator_config(**settings: Any) -> EmulatorConfig:

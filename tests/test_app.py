@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import httpx
 
 from tests.account.support import rotation_settings
 from tests.pipeline.support import RESUME_ALL, harness
-from tests.support import Recoveryd, callback_json, eventually, running_recoveryd
+from tests.support import Recoveryd, callback_json, eventually, running_recoveryd, write_locked
 
 
 async def test_healthz_answers_while_the_process_serves(recoveryd: Recoveryd) -> None:
@@ -54,9 +55,7 @@ async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> 
     """A store stuck behind another process's lock does not answer in time: not ready."""
     options = {"busy_timeout": 2.0, "read_timeout": 0.1}
     async with running_recoveryd(tmp_path, store_options=options) as recoveryd:
-        blocker = sqlite3.connect(tmp_path / "recoveryd.db", isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
+        with write_locked(tmp_path / "recoveryd.db"):
             stuck = asyncio.create_task(recoveryd.post(callback_json("d-stuck")))
 
             # Not ready once the store's writer is waiting for the lock, well within the
@@ -67,9 +66,6 @@ async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> 
 
             response = await eventually(not_ready, 1.5, "/readyz to answer 503")
             assert response.json()["error"] == "not ready: store: the store did not answer in time"
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
         assert (await stuck).json()["status"] == "accepted"
         assert (await recoveryd.public.get("/readyz")).status_code == 200
 
@@ -95,11 +91,9 @@ async def test_the_inbox_depth_is_read_from_the_store_at_scrape_time(
     recoveryd: Recoveryd, tmp_path: Path
 ) -> None:
     """A callback written by another replica into the same database shows in the depth."""
-    other = sqlite3.connect(tmp_path / "recoveryd.db")
-    with other:
+    with contextlib.closing(sqlite3.connect(tmp_path / "recoveryd.db")) as other, other:
         other.execute(
             "INSERT INTO callbacks (dlq_id, body, received_at) VALUES ('d-elsewhere', x'7b7d', 0)"
         )
-    other.close()
     await recoveryd.admin.get("/metrics")
     assert recoveryd.metric("recoveryd_inbox_depth") == 1

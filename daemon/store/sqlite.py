@@ -175,8 +175,13 @@ class SQLiteStore:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-            if await store._callbacks.close():
-                await loop.run_in_executor(executor, connection.close)
+            finished = await store._callbacks.close()
+            # Closed on its own thread, after any work still queued there: at once after
+            # the last commit, or once a hung one ends (the shutdown does not wait for it).
+            # Never left to the garbage collector, which Python 3.13 warns of.
+            closed = executor.submit(connection.close)
+            if finished:
+                await asyncio.wrap_future(closed)
             executor.shutdown(wait=False)
 
     def add_callback(self, callback: Callback) -> asyncio.Future[Added]:

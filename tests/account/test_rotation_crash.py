@@ -3,6 +3,7 @@ credentials saved it carries on with them; without them it says it is locked out
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sqlite3
@@ -21,11 +22,11 @@ from tests.account.support import (
     status,
 )
 from tests.processes import serving
-from tests.support import TOKEN, faults_taken, wait_for, workflows
+from tests.support import TOKEN, faults_taken, wait_for, workflows, write_locked
 
 
 def rotation_row(database: Path) -> tuple[Any, ...] | None:
-    with sqlite3.connect(database) as connection:
+    with contextlib.closing(sqlite3.connect(database)) as connection:
         row: tuple[Any, ...] | None = connection.execute(
             "SELECT id, result FROM rotations ORDER BY id DESC LIMIT 1"
         ).fetchone()
@@ -47,12 +48,9 @@ def test_killed_right_after_saving_the_restart_uses_the_new_token(tmp_path: Path
             rotate_in_background(served)
             wait_for(lambda: rotation_row(database) is not None)
             wait_for(lambda: faults_taken(control))  # the reset is out; the emulator holds it
-            blocker = sqlite3.connect(database, isolation_level=None)
-            blocker.execute("BEGIN IMMEDIATE")
-            wait_for(lambda: credentials.exists())
-            exit_status, _ = served.stop(signal.SIGKILL)
-            blocker.execute("ROLLBACK")
-            blocker.close()
+            with write_locked(database):
+                wait_for(lambda: credentials.exists())
+                exit_status, _ = served.stop(signal.SIGKILL)
         assert exit_status == -signal.SIGKILL
         assert rotation_row(database) == (1, None)  # under way when the process died
         saved = json.loads(credentials.read_text())

@@ -6,6 +6,7 @@ any while a rotation is under way, and no secret is ever printed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import stat
@@ -142,7 +143,7 @@ def test_no_token_is_saved_while_a_rotation_is_under_way(tmp_path: Path) -> None
     assert done.returncode == 1
     assert "a token rotation is under way; not saved" in done.stderr
     assert not credentials.exists()
-    with sqlite3.connect(database) as connection:
+    with contextlib.closing(sqlite3.connect(database)) as connection:
         assert connection.execute("SELECT result FROM rotations").fetchall() == [(None,)]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.support import (
     callback_json,
     running_recoveryd,
     signed,
+    write_locked,
 )
 
 
@@ -211,15 +211,10 @@ async def test_a_locked_store_answers_503_and_the_retry_is_accepted(tmp_path: Pa
     options = {"busy_timeout": 0.05}
     async with running_recoveryd(tmp_path, store_options=options) as recoveryd:
         body = callback_json("d-locked")
-        blocker = sqlite3.connect(tmp_path / "recoveryd.db", isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        try:
+        with write_locked(tmp_path / "recoveryd.db"):
             response = await recoveryd.post(body)
             assert response.status_code == 503
             assert "cannot store the callback" in response.json()["error"]
-        finally:
-            blocker.execute("ROLLBACK")
-            blocker.close()
         retried = await recoveryd.post(body)
         assert retried.json() == {"status": "accepted", "dlqId": "d-locked"}
         assert recoveryd.metric("recoveryd_callbacks_total", result="unavailable") == 1

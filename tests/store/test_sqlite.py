@@ -5,6 +5,7 @@ conftest.py.)"""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 from daemon.store import Callback, StoreUnavailable
 from daemon.store.sqlite import MIGRATIONS, SQLiteStore, _transaction
 from tests.store.support import nonzero, old_database, received, retried, settled
+from tests.support import eventually, write_locked
 
 
 def _callback(dlq_id: str, body: bytes = b'{"dlqId": "x"}') -> Callback:
@@ -26,12 +28,8 @@ async def test_a_database_locked_by_another_process_makes_the_store_unavailable(
 ) -> None:
     """A commit that cannot get the lock within busy_timeout fails; the next one succeeds."""
     async with SQLiteStore.open(tmp_path / "s.db", busy_timeout=0.05) as store:
-        blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        with pytest.raises(StoreUnavailable, match="locked"):
+        with write_locked(tmp_path / "s.db"), pytest.raises(StoreUnavailable, match="locked"):
             await store.add_callback(_callback("d-1"))
-        blocker.execute("ROLLBACK")
-        blocker.close()
         assert await store.add_callback(_callback("d-1")) == "accepted"
 
 
@@ -40,14 +38,11 @@ async def test_a_stalled_commit_is_reported_and_lands_later(tmp_path: Path) -> N
     and the commit still lands: the retry is a duplicate, nothing is lost or doubled."""
     options = {"busy_timeout": 2.0, "commit_timeout": 0.1}
     async with SQLiteStore.open(tmp_path / "s.db", **options) as store:
-        blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        with pytest.raises(StoreUnavailable, match="in time"):
-            await store.add_callback(_callback("d-1"))
-        with pytest.raises(StoreUnavailable, match="not committing"):
-            await store.add_callback(_callback("d-2"))
-        blocker.execute("ROLLBACK")
-        blocker.close()
+        with write_locked(tmp_path / "s.db"):
+            with pytest.raises(StoreUnavailable, match="in time"):
+                await store.add_callback(_callback("d-1"))
+            with pytest.raises(StoreUnavailable, match="not committing"):
+                await store.add_callback(_callback("d-2"))
         assert await retried(store, _callback("d-1")) == "duplicate"
 
 
@@ -55,31 +50,45 @@ async def test_too_many_waiting_callbacks_are_refused_not_queued(tmp_path: Path)
     """Past max_pending the store says so at once (503 upstream) instead of growing."""
     options = {"busy_timeout": 2.0, "max_pending": 2}
     async with SQLiteStore.open(tmp_path / "s.db", **options) as store:
-        blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-        blocker.execute("BEGIN IMMEDIATE")
-        committing = asyncio.ensure_future(store.add_callback(_callback("d-0")))
-        await asyncio.sleep(0.05)  # the writer has taken d-0 and waits for the lock
-        waiting = [asyncio.ensure_future(store.add_callback(_callback(f"d-{i}"))) for i in (1, 2)]
-        await asyncio.sleep(0)
-        with pytest.raises(StoreUnavailable, match="behind"):
-            await store.add_callback(_callback("d-3"))
-        blocker.execute("ROLLBACK")
-        blocker.close()
+        with write_locked(tmp_path / "s.db"):
+            committing = asyncio.ensure_future(store.add_callback(_callback("d-0")))
+            await asyncio.sleep(0.05)  # the writer has taken d-0 and waits for the lock
+            waiting = [
+                asyncio.ensure_future(store.add_callback(_callback(f"d-{i}"))) for i in (1, 2)
+            ]
+            await asyncio.sleep(0)
+            with pytest.raises(StoreUnavailable, match="behind"):
+                await store.add_callback(_callback("d-3"))
         assert await asyncio.gather(committing, *waiting) == ["accepted"] * 3
+
+
+async def test_a_commit_hung_at_shutdown_closes_the_file_once_it_ends(tmp_path: Path) -> None:
+    """The store stops without waiting for a hung commit, and closes its connection once
+    that commit ends: SQLite then checkpoints and removes the WAL, as after any close."""
+    path, wal = tmp_path / "s.db", tmp_path / "s.db-wal"
+    with contextlib.ExitStack() as lock:
+        async with SQLiteStore.open(path, busy_timeout=10.0, commit_timeout=0.1) as store:
+            lock.enter_context(write_locked(path))
+            with pytest.raises(StoreUnavailable, match="in time"):
+                await store.add_callback(_callback("d-1"))
+        assert wal.exists()  # stopped, the commit still waits for the lock
+    await eventually(lambda: not wal.exists(), what="the WAL to be removed")
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        assert connection.execute("SELECT dlq_id FROM callbacks").fetchall() == [("d-1",)]
 
 
 async def test_a_new_database_gets_the_current_schema_version(tmp_path: Path) -> None:
     """user_version records the migrations applied; WAL mode is on."""
     async with SQLiteStore.open(tmp_path / "s.db"):
         pass
-    with sqlite3.connect(tmp_path / "s.db") as connection:
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as connection:
         assert connection.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 async def test_a_database_from_a_newer_recoveryd_is_not_touched(tmp_path: Path) -> None:
     """A schema newer than this code is refused at open, with the versions named."""
-    with sqlite3.connect(tmp_path / "s.db") as connection:
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as connection:
         connection.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     with pytest.raises(StoreUnavailable, match="newer than this recoveryd"):
         async with SQLiteStore.open(tmp_path / "s.db"):
@@ -97,18 +106,19 @@ async def test_a_path_that_cannot_be_opened_is_reported(tmp_path: Path) -> None:
 def test_a_failed_commit_rolls_back_and_reports_its_own_error(tmp_path: Path) -> None:
     """When COMMIT itself fails the lock is released and the error is COMMIT's, so the
     next batch is not stuck 'within a transaction'."""
-    connection = sqlite3.connect(tmp_path / "fk.db", isolation_level=None)
-    connection.execute("PRAGMA foreign_keys = ON")
-    connection.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
-    connection.execute(
-        "CREATE TABLE child (parent INTEGER REFERENCES parent DEFERRABLE INITIALLY DEFERRED)"
-    )
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), _transaction(connection):
-        connection.execute("INSERT INTO child VALUES (1)")  # fails only at COMMIT
-    assert not connection.in_transaction
-    with _transaction(connection):
-        connection.execute("INSERT INTO parent VALUES (1)")
-    connection.close()
+    with contextlib.closing(
+        sqlite3.connect(tmp_path / "fk.db", isolation_level=None)
+    ) as connection:
+        connection.execute("PRAGMA foreign_keys = ON")
+        connection.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        connection.execute(
+            "CREATE TABLE child (parent INTEGER REFERENCES parent DEFERRABLE INITIALLY DEFERRED)"
+        )
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), _transaction(connection):
+            connection.execute("INSERT INTO child VALUES (1)")  # fails only at COMMIT
+        assert not connection.in_transaction
+        with _transaction(connection):
+            connection.execute("INSERT INTO parent VALUES (1)")
 
 
 async def test_a_read_cancelled_as_it_completes_is_still_cancelled(tmp_path: Path) -> None:
@@ -138,12 +148,11 @@ async def test_a_batch_left_unsettled_by_an_older_recoveryd_is_taken_as_possibly
 ) -> None:
     """Before sent_at existed nothing said whether the call left: the migration assumes
     it may have, so the batch is checked with GETs rather than sent again blind."""
-    connection = old_database(tmp_path / "s.db", version=3)
-    connection.execute(
-        "INSERT INTO batches (action, overrides, state, dlq_ids, created_at) "
-        "VALUES ('resume', '{}', 'pending', '[\"d-1\"]', 5.0)"
-    )
-    connection.close()
+    with contextlib.closing(old_database(tmp_path / "s.db", version=3)) as connection:
+        connection.execute(
+            "INSERT INTO batches (action, overrides, state, dlq_ids, created_at) "
+            "VALUES ('resume', '{}', 'pending', '[\"d-1\"]', 5.0)"
+        )
     async with SQLiteStore.open(tmp_path / "s.db") as store:
         [record] = await store.unsettled_batches()
     assert record.sent_at == 5.0
@@ -151,12 +160,11 @@ async def test_a_batch_left_unsettled_by_an_older_recoveryd_is_taken_as_possibly
 
 async def test_the_migration_counts_the_rows_already_there(tmp_path: Path) -> None:
     """A store from before the counts by state existed starts with them right."""
-    connection = old_database(tmp_path / "s.db", version=5)
-    connection.executemany(
-        "INSERT INTO callbacks (dlq_id, body, received_at, state) VALUES (?, x'', 1, ?)",
-        [("a", "received"), ("b", "done"), ("c", "done"), ("d", "failed")],
-    )
-    connection.close()
+    with contextlib.closing(old_database(tmp_path / "s.db", version=5)) as connection:
+        connection.executemany(
+            "INSERT INTO callbacks (dlq_id, body, received_at, state) VALUES (?, x'', 1, ?)",
+            [("a", "received"), ("b", "done"), ("c", "done"), ("d", "failed")],
+        )
     async with SQLiteStore.open(tmp_path / "s.db") as store:
         status = await store.status(2_000.0)
     assert nonzero(status) == {"received": 1, "done": 2, "failed": 1}

@@ -4,6 +4,7 @@ meanwhile, and says so in the log once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -15,6 +16,7 @@ from structlog.testing import capture_logs
 from daemon.store import StoreUnavailable
 from daemon.store.sqlite import SQLiteStore
 from tests.store.support import callback, cleared_within, problems_within
+from tests.support import write_locked
 
 
 def files(path: Path) -> list[Path]:
@@ -57,7 +59,8 @@ async def test_a_full_store_refuses_callbacks_logs_once_and_recovers(tmp_path: P
     """Filled to max_page_count: SQLITE_FULL is a problem, callbacks are refused with
     StoreUnavailable, the log says so once however often commits fail, and once more
     when room is made."""
-    with sqlite3.connect(tmp_path / "probe.db") as probe:  # pages of an empty store
+    # The pages of an empty store.
+    with contextlib.closing(sqlite3.connect(tmp_path / "probe.db")) as probe:
         pages = probe.execute("PRAGMA page_size").fetchone()[0]
     with capture_logs() as logs:
         async with SQLiteStore.open(tmp_path / "s.db", max_page_count=60) as store:
@@ -89,13 +92,10 @@ async def test_repeated_commit_failures_are_logged_once_a_minute(tmp_path: Path)
     first time, and the next times only counted."""
     with capture_logs() as logs:
         async with SQLiteStore.open(tmp_path / "s.db", busy_timeout=0.01) as store:
-            blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-            blocker.execute("BEGIN IMMEDIATE")
-            for number in range(5):
-                with pytest.raises(StoreUnavailable, match="locked"):
-                    await store.add_callback(callback(f"d-{number}"))
-            blocker.execute("ROLLBACK")
-            blocker.close()
+            with write_locked(tmp_path / "s.db"):
+                for number in range(5):
+                    with pytest.raises(StoreUnavailable, match="locked"):
+                        await store.add_callback(callback(f"d-{number}"))
             assert store.problems() == []
     assert [entry["event"] for entry in logs] == ["store commit failed"]
 

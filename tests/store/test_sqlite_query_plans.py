@@ -8,6 +8,7 @@ SCAN reads every row, or every entry of an index; a SEARCH reads a range of one)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -67,9 +68,8 @@ def database(tmp_path: Path) -> Iterator[sqlite3.Connection]:
             await store.claim(OWNER, 1, 60.0, NOW)  # r-1 leased
 
     asyncio.run(fill())
-    connection = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-    yield connection
-    connection.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db", isolation_level=None)) as connection:
+        yield connection
 
 
 @pytest.mark.parametrize("name", list(QUERIES))
