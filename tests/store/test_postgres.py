@@ -141,7 +141,7 @@ async def test_a_database_that_does_not_exist_is_named(postgres_url: str) -> Non
     """A database missing on a server that answers: the server says which."""
     url = postgres_url.rsplit("/", 1)[0] + "/no_such_database"
     with pytest.raises(StoreUnavailable, match='database "no_such_database" does not exist'):
-        async with OpenStore(url)(connect_timeout=1.0, create=False):
+        async with OpenStore(url)(connect_timeout=5.0, create=False):
             pass
 
 
