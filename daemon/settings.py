@@ -29,7 +29,7 @@ from pydantic import (
 from daemon.durations import parse_duration
 from daemon.listener import ListenerLimits
 from daemon.schedule import parse_schedule
-from daemon.urls import http_url, without_credentials
+from daemon.urls import credentials_hidden, http_url, without_credentials
 from daemon.variables import misspelt
 
 PREFIX = "RECOVERYD_"
@@ -168,7 +168,7 @@ def _postgres_url(value: str) -> str:
     try:
         parts = conninfo_to_dict(value)
     except ProgrammingError as exc:
-        said = str(exc).replace(value, shown).splitlines()[0]
+        said = credentials_hidden(str(exc), value).splitlines()[0]
         raise ValueError(f"not a PostgreSQL URL ({said}); got {shown!r}") from None
     for port in str(parts.get("port", "")).split(","):
         if port and not port.isdigit():
