@@ -264,6 +264,7 @@ class Settings(BaseModel):
             rotating=bool(self.ROTATE_SCHEDULE.strip()),
             allow_unsigned=self.ALLOW_UNSIGNED,
             daemon=_for_daemon(info),
+            store_said=bool((info.context or {}).get("store_said")),
         )
         if problems:
             raise _NamedErrors(problems)
@@ -333,6 +334,7 @@ def _across(
     rotating: bool,
     allow_unsigned: bool,
     daemon: bool,
+    store_said: bool,
 ) -> list[str]:
     """The checks across settings, one line each naming its variable. Only presence
     matters to them, so they run on the raw values too when some value is bad: every
@@ -344,10 +346,11 @@ def _across(
     if daemon and (lacking := TOKEN_SOURCE(present, postgres)):
         problems.append(lacking)
     if present("CREDENTIALS_KEY") and not postgres:
-        problems.append(
-            "CREDENTIALS_KEY: only with a PostgreSQL store (RECOVERYD_STORE=postgresql://...); "
-            "with SQLite the rotated token is kept in RECOVERYD_CREDENTIALS_FILE"
-        )
+        if not store_said:  # the command's own need of PostgreSQL said it of the store
+            problems.append(
+                "CREDENTIALS_KEY: only with a PostgreSQL store (RECOVERYD_STORE=postgresql://...); "
+                "with SQLite the rotated token is kept in RECOVERYD_CREDENTIALS_FILE"
+            )
     elif present("CREDENTIALS_KEY") and present("CREDENTIALS_FILE"):
         problems.append(
             "CREDENTIALS_FILE: set RECOVERYD_CREDENTIALS_FILE or RECOVERYD_CREDENTIALS_KEY, "
@@ -414,21 +417,28 @@ def load_settings(
     }
     values.update(overrides)
     postgres = str(values.get("STORE") or "").startswith(("postgresql://", "postgres://"))
-    for need in require:
-        lacking = (needs(need) if isinstance(need, str) else need)(
-            lambda name: values.get(name) is not None, postgres
-        )
-        problems += [PREFIX + lacking] if lacking else []
+
+    def present(name: str) -> bool:
+        return values.get(name) is not None
+
+    checks = [needs(need) if isinstance(need, str) else need for need in require]
+    lacking = [line for check in checks if (line := check(present, postgres))]
+    problems += [PREFIX + line for line in lacking]
+    # A command that needs a PostgreSQL store has said what is wrong with a SQLite one.
+    store_said = any(line.startswith("STORE:") for line in lacking)
+    context = {"daemon": daemon, "store_said": store_said}
     try:
-        settings = Settings.model_validate(values, context={"daemon": daemon})
+        settings = Settings.model_validate(values, context=context)
     except ValidationError as exc:
-        problems += _lines(exc, values, daemon)
+        problems += _lines(exc, values, daemon, store_said)
     if problems:
         raise SettingsError("\n".join(problems))
     return settings
 
 
-def _lines(exc: ValidationError, values: Mapping[str, Any], daemon: bool) -> list[str]:
+def _lines(
+    exc: ValidationError, values: Mapping[str, Any], daemon: bool, store_said: bool
+) -> list[str]:
     """A line for each bad setting (its first error), then the checks across settings,
     which pydantic skips while any value is bad."""
     lines: dict[str, str] = {}
@@ -450,7 +460,7 @@ def _lines(exc: ValidationError, values: Mapping[str, Any], daemon: bool) -> lis
     postgres = str(values.get("STORE") or "").startswith(("postgresql://", "postgres://"))
     across = _across(lambda name: values.get(name) is not None, postgres=postgres,
                      rotating=rotating, allow_unsigned=_true(values.get("ALLOW_UNSIGNED")),
-                     daemon=daemon)  # fmt: skip
+                     daemon=daemon, store_said=store_said)  # fmt: skip
     return [*lines.values(), *across]
 
 
