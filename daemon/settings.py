@@ -29,6 +29,7 @@ from pydantic import (
 from daemon.durations import parse_duration
 from daemon.listener import ListenerLimits
 from daemon.schedule import parse_schedule
+from daemon.store import is_postgres
 from daemon.urls import credentials_hidden, http_url, without_credentials
 from daemon.variables import misspelt
 
@@ -224,7 +225,7 @@ class Settings(BaseModel):
     def _store_url(cls, value: str) -> str:
         if value.startswith("sqlite:///") and len(value) > len("sqlite:///"):
             return value
-        if value.startswith(("postgresql://", "postgres://")):
+        if is_postgres(value):
             return _postgres_url(value)
         shown = without_credentials(value)
         raise ValueError(f"must be sqlite:///PATH or postgresql://...; got {shown!r}")
@@ -260,7 +261,7 @@ class Settings(BaseModel):
     def _consistent(self, info: ValidationInfo) -> Settings:
         problems = _across(
             lambda name: getattr(self, name) is not None,
-            postgres=self.STORE.startswith(("postgresql://", "postgres://")),
+            postgres=is_postgres(self.STORE),
             rotating=bool(self.ROTATE_SCHEDULE.strip()),
             allow_unsigned=self.ALLOW_UNSIGNED,
             daemon=_for_daemon(info),
@@ -416,7 +417,7 @@ def load_settings(
         and (only is None or setting in only)
     }
     values.update(overrides)
-    postgres = str(values.get("STORE") or "").startswith(("postgresql://", "postgres://"))
+    postgres = is_postgres(values.get("STORE"))
 
     def present(name: str) -> bool:
         return values.get(name) is not None
@@ -457,7 +458,7 @@ def _lines(
             message += f"; got {values[field]!r}"
         lines[field] = f"{PREFIX}{field}: {message}"
     rotating = bool(str(values.get("ROTATE_SCHEDULE") or "").strip())
-    postgres = str(values.get("STORE") or "").startswith(("postgresql://", "postgres://"))
+    postgres = is_postgres(values.get("STORE"))
     across = _across(lambda name: values.get(name) is not None, postgres=postgres,
                      rotating=rotating, allow_unsigned=_true(values.get("ALLOW_UNSIGNED")),
                      daemon=daemon, store_said=store_said)  # fmt: skip
