@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -64,7 +65,10 @@ def iso_times(
     numbers, for machines (docs/operating.md)."""
     for key, value in event.items():
         if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
-            event[key] = datetime.fromtimestamp(value, UTC).isoformat().replace("+00:00", "Z")
+            # A value no date can say (infinite, milliseconds by mistake) stays the number.
+            with contextlib.suppress(OverflowError, ValueError, OSError):
+                when = datetime.fromtimestamp(value, UTC)
+                event[key] = when.isoformat().replace("+00:00", "Z")
     return event
 
 

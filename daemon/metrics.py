@@ -439,7 +439,6 @@ class Metrics:
         # names, which dashboards and the alerts read.
         ProcessCollector(registry=registry)
         self._start_at_zero()
-        self._kept: dict[MetricWrapperBase, dict[tuple[str, ...], None]] = {}
 
     def _start_at_zero(self) -> None:
         """The series whose label values the code fixes, exported at 0 from the start (the
@@ -457,8 +456,9 @@ class Metrics:
         """Export at 0 each series the rules and sweeps (name, action) in force can count:
         only the combinations that can occur (a notify rule's results, a recovery rule's
         failures...), so a file of hundreds of rules costs a few series each. The series of
-        rules and sweeps no longer in force are dropped, as Prometheus drops those of a
-        rule group a reload removed: frozen at their last value, they would read as live."""
+        rules and sweeps no longer in force are dropped if never counted, so renaming a rule
+        now and then piles up nothing; a counted one stays until the restart, its count
+        frozen (rate 0) and none of it lost."""
         self._keep(self.decisions, [("", "none"), *((rule.name, rule.action) for rule in rules)])
         self._keep(
             self.dlq_ids_failed,
@@ -475,16 +475,21 @@ class Metrics:
         self._keep(self.sweep_runs, [(name, result) for name, _ in sweeps for result in results])
         self._keep(self.sweep_recovered, sweeps)
 
-    def _keep(self, family: MetricWrapperBase, wanted: Iterable[tuple[str, ...]]) -> None:
-        """`wanted` series of `family` exported (at 0 until counted), and no longer those an
-        earlier call wanted that this one does not."""
+    def _keep(self, family: Counter, wanted: Iterable[tuple[str, ...]]) -> None:
+        """`wanted` series of `family` exported (at 0 until counted); of the others, those
+        still at 0 dropped and those counted kept, frozen: rate() reads 0 from them, and no
+        increment since the last scrape is lost. What the family holds is read from its
+        collect(), so a series a removed rule's work brought back after an earlier reload
+        is seen too."""
         keep = dict.fromkeys(wanted)  # in the order given: the scrape shows them so
-        for labels in self._kept.get(family, {}).keys() - keep.keys():
-            with contextlib.suppress(KeyError):
-                family.remove(*labels)
+        for metric in family.collect():
+            for sample in metric.samples:
+                labels = tuple(sample.labels.values())
+                if labels not in keep and sample.value == 0:
+                    with contextlib.suppress(KeyError):
+                        family.remove(*labels)
         for labels in keep:
             family.labels(*labels)
-        self._kept[family] = keep
 
     def count_failed(self, reason: FailedReason, rules: Iterable[str]) -> None:
         """Count dlqIds that have just ended failed, one rule (or "") each."""

@@ -18,7 +18,7 @@ from daemon.durations import parse_duration
 from daemon.settings import Settings
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import FINAL, State
-from daemon.words import did_you_mean, unknown_key
+from daemon.words import unknown_key, with_guess
 
 # Answers list at most this many dlqIds; the count is always whole.
 LISTED = 1000
@@ -44,10 +44,9 @@ class RedriveFilter(BaseModel):
     def _final(cls, states: Any) -> Any:
         for state in states if isinstance(states, list | tuple) else ():
             if state not in FINAL:
-                hint = did_you_mean(state, FINAL) if isinstance(state, str) else ""
+                listed = ", ".join(sorted(FINAL))
                 raise ValueError(
-                    f"{state!r} is not a final state ({', '.join(sorted(FINAL))})"
-                    + (f"; {hint}" if hint else "")
+                    with_guess(f"{state!r} is not a final state ({listed})", state, FINAL)
                 )
         return states
 

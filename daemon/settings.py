@@ -29,7 +29,8 @@ from pydantic import (
 from daemon.durations import parse_duration
 from daemon.listener import ListenerLimits
 from daemon.schedule import parse_schedule
-from daemon.urls import http_url, without_credentials
+from daemon.store import is_postgres
+from daemon.urls import credentials_hidden, http_url, without_credentials
 from daemon.variables import misspelt
 
 PREFIX = "RECOVERYD_"
@@ -168,7 +169,7 @@ def _postgres_url(value: str) -> str:
     try:
         parts = conninfo_to_dict(value)
     except ProgrammingError as exc:
-        said = str(exc).replace(value, shown).splitlines()[0]
+        said = credentials_hidden(str(exc), value).splitlines()[0]
         raise ValueError(f"not a PostgreSQL URL ({said}); got {shown!r}") from None
     for port in str(parts.get("port", "")).split(","):
         if port and not port.isdigit():
@@ -224,7 +225,7 @@ class Settings(BaseModel):
     def _store_url(cls, value: str) -> str:
         if value.startswith("sqlite:///") and len(value) > len("sqlite:///"):
             return value
-        if value.startswith(("postgresql://", "postgres://")):
+        if is_postgres(value):
             return _postgres_url(value)
         shown = without_credentials(value)
         raise ValueError(f"must be sqlite:///PATH or postgresql://...; got {shown!r}")
@@ -260,10 +261,11 @@ class Settings(BaseModel):
     def _consistent(self, info: ValidationInfo) -> Settings:
         problems = _across(
             lambda name: getattr(self, name) is not None,
-            postgres=self.STORE.startswith(("postgresql://", "postgres://")),
+            postgres=is_postgres(self.STORE),
             rotating=bool(self.ROTATE_SCHEDULE.strip()),
             allow_unsigned=self.ALLOW_UNSIGNED,
             daemon=_for_daemon(info),
+            store_said=bool((info.context or {}).get("store_said")),
         )
         if problems:
             raise _NamedErrors(problems)
@@ -333,6 +335,7 @@ def _across(
     rotating: bool,
     allow_unsigned: bool,
     daemon: bool,
+    store_said: bool,
 ) -> list[str]:
     """The checks across settings, one line each naming its variable. Only presence
     matters to them, so they run on the raw values too when some value is bad: every
@@ -344,10 +347,11 @@ def _across(
     if daemon and (lacking := TOKEN_SOURCE(present, postgres)):
         problems.append(lacking)
     if present("CREDENTIALS_KEY") and not postgres:
-        problems.append(
-            "CREDENTIALS_KEY: only with a PostgreSQL store (RECOVERYD_STORE=postgresql://...); "
-            "with SQLite the rotated token is kept in RECOVERYD_CREDENTIALS_FILE"
-        )
+        if not store_said:  # the command's own need of PostgreSQL said it of the store
+            problems.append(
+                "CREDENTIALS_KEY: only with a PostgreSQL store (RECOVERYD_STORE=postgresql://...); "
+                "with SQLite the rotated token is kept in RECOVERYD_CREDENTIALS_FILE"
+            )
     elif present("CREDENTIALS_KEY") and present("CREDENTIALS_FILE"):
         problems.append(
             "CREDENTIALS_FILE: set RECOVERYD_CREDENTIALS_FILE or RECOVERYD_CREDENTIALS_KEY, "
@@ -413,22 +417,29 @@ def load_settings(
         and (only is None or setting in only)
     }
     values.update(overrides)
-    postgres = str(values.get("STORE") or "").startswith(("postgresql://", "postgres://"))
-    for need in require:
-        lacking = (needs(need) if isinstance(need, str) else need)(
-            lambda name: values.get(name) is not None, postgres
-        )
-        problems += [PREFIX + lacking] if lacking else []
+    postgres = is_postgres(values.get("STORE"))
+
+    def present(name: str) -> bool:
+        return values.get(name) is not None
+
+    checks = [needs(need) if isinstance(need, str) else need for need in require]
+    lacking = [line for check in checks if (line := check(present, postgres))]
+    problems += [PREFIX + line for line in lacking]
+    # A command that needs a PostgreSQL store has said what is wrong with a SQLite one.
+    store_said = any(line.startswith("STORE:") for line in lacking)
+    context = {"daemon": daemon, "store_said": store_said}
     try:
-        settings = Settings.model_validate(values, context={"daemon": daemon})
+        settings = Settings.model_validate(values, context=context)
     except ValidationError as exc:
-        problems += _lines(exc, values, daemon)
+        problems += _lines(exc, values, daemon, store_said)
     if problems:
         raise SettingsError("\n".join(problems))
     return settings
 
 
-def _lines(exc: ValidationError, values: Mapping[str, Any], daemon: bool) -> list[str]:
+def _lines(
+    exc: ValidationError, values: Mapping[str, Any], daemon: bool, store_said: bool
+) -> list[str]:
     """A line for each bad setting (its first error), then the checks across settings,
     which pydantic skips while any value is bad."""
     lines: dict[str, str] = {}
@@ -447,10 +458,10 @@ def _lines(exc: ValidationError, values: Mapping[str, Any], daemon: bool) -> lis
             message += f"; got {values[field]!r}"
         lines[field] = f"{PREFIX}{field}: {message}"
     rotating = bool(str(values.get("ROTATE_SCHEDULE") or "").strip())
-    postgres = str(values.get("STORE") or "").startswith(("postgresql://", "postgres://"))
+    postgres = is_postgres(values.get("STORE"))
     across = _across(lambda name: values.get(name) is not None, postgres=postgres,
                      rotating=rotating, allow_unsigned=_true(values.get("ALLOW_UNSIGNED")),
-                     daemon=daemon)  # fmt: skip
+                     daemon=daemon, store_said=store_said)  # fmt: skip
     return [*lines.values(), *across]
 
 

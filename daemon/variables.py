@@ -3,9 +3,10 @@ named with the nearest setting (recoveryd's RECOVERYD_*, the emulator's EMULATOR
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Collection, Iterable
+
+from daemon.words import nearest
 
 # Kubernetes injects <SERVICE>_SERVICE_HOST, <SERVICE>_PORT_8080_TCP_ADDR... for every
 # Service, "recoveryd" and "recoveryd-metrics" among them: not settings, and not typos.
@@ -25,7 +26,7 @@ def misspelt(names: Iterable[str], prefix: str, known: Collection[str], what: st
         if not name.startswith(prefix) or setting in known or _SERVICE_LINK.search(name):
             continue
         # Compared without the shared prefix, which would make every name look close.
-        near = difflib.get_close_matches(setting, list(known), 1)
-        hint = f"; did you mean {prefix}{near[0]}?" if near else ""
+        near = nearest(setting, known)
+        hint = f"; did you mean {prefix}{near}?" if near is not None else ""
         lines.append(f"{name}: not {what}{hint}")
     return lines

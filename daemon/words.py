@@ -21,6 +21,13 @@ def did_you_mean(word: object, known: Iterable[str]) -> str:
     return f"did you mean {guess!r}?" if guess is not None else ""
 
 
+def with_guess(message: str, word: object, known: Iterable[str]) -> str:
+    """`message`, then `; did you mean 'restart'?` when `word` is a string near a known
+    word (a number or a list is no typo of one)."""
+    hint = did_you_mean(word, known) if isinstance(word, str) else ""
+    return f"{message}; {hint}" if hint else message
+
+
 def unknown_key(key: object, known_keys: Iterable[str], otherwise: str = "") -> str:
     """`unknown key 'x'; did you mean 'y'?`, or `otherwise` after the `;` when no key is
     near: the one wording of a key that is not taken, wherever keys are checked."""

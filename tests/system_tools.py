@@ -74,8 +74,9 @@ def require(*programs: str, otherwise: str = "") -> None:
 
 def unavailable(reason: str) -> NoReturn:
     """Skip the test for `reason`, something this machine lacks and CI has; under CI,
-    fail (with `CI` set to anything, as CI services set it)."""
-    if os.environ.get("CI"):
+    fail (with `CI` set to anything, as CI services set it, but empty, `0` or `false`,
+    which a person sets to say "not CI")."""
+    if os.environ.get("CI", "").strip().casefold() not in ("", "0", "false"):
         pytest.fail(f"{reason} (CI is set: it must be there)", pytrace=False)
     # Reported at the test, not here, as pytest reports a skip mark's or a fixture's
     # (its own way: pytest.skip() takes no location).

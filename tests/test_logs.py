@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import structlog
 
-from daemon.logs import RepeatFilter
+from daemon.logs import RepeatFilter, iso_times
 from tests.processes import serving
 
 
@@ -85,3 +85,11 @@ def test_json_logs_keep_times_as_numbers(tmp_path: Path) -> None:
     assert isinstance(event["next_run_at"], float)
     assert datetime.fromtimestamp(event["next_run_at"], UTC).strftime("%H:%M:%S") == "03:00:00"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", event["timestamp"])
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e20, -1e20])
+def test_a_time_no_date_can_say_keeps_its_number(value: float) -> None:
+    """An `_at` value out of any date's range (infinite, milliseconds by mistake) is shown
+    as the number it is, not an exception in place of the line."""
+    event = iso_times(None, "info", {"event": "x", "next_run_at": value})
+    assert event["next_run_at"] is value

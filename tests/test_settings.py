@@ -219,6 +219,11 @@ def test_signing_keys_are_current_then_next() -> None:
             "pg_s3cret_pw",
             id="malformed postgres url password",
         ),
+        pytest.param(
+            {"STORE": "postgresql://recoveryd:pg_s3%zzcret@localhost/recoveryd"},
+            "s3%zzcret",
+            id="undecodable postgres url password",
+        ),
     ],
 )
 def test_errors_never_show_a_secret(changes: dict[str, str | None], secret: str) -> None:

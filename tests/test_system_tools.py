@@ -78,3 +78,22 @@ def test_the_readme_names_every_package_the_tests_need() -> None:
 def test_a_program_not_in_the_table_is_an_error_not_a_skip() -> None:
     with pytest.raises(LookupError, match="add it and its Debian package"):
         system_tools.require("kubectl")
+
+
+@pytest.mark.parametrize("ci", [None, "", "0", "false", "False", "FALSE"])
+def test_ci_set_to_no_is_not_ci(monkeypatch: pytest.MonkeyPatch, ci: str | None) -> None:
+    """`CI` unset, empty, `0` or `false` (any case) is a person's machine: a skip."""
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    with pytest.raises(pytest.skip.Exception):
+        system_tools.unavailable("`promtool` not found")
+
+
+@pytest.mark.parametrize("ci", ["true", "1", "yes"])
+def test_ci_set_to_anything_else_is_ci(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
+    """`CI=true`, `1`, or any other value a CI service sets: a failure."""
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(pytest.fail.Exception):
+        system_tools.unavailable("`promtool` not found")

@@ -11,7 +11,7 @@ from typing import cast, get_args
 
 from daemon.emulator.ratelimit import Announce, Counting
 from daemon.variables import misspelt
-from daemon.words import did_you_mean, either
+from daemon.words import either, with_guess
 
 # The fields whose value is a credential: generated when left empty, never shown in a repr.
 SECRET_FIELDS = ("token", "password", "signing_key_current", "signing_key_next")
@@ -85,11 +85,7 @@ class EmulatorConfig:
         for name, allowed in (("rate_limit_headers", Announce), ("rate_limit_window", Counting)):
             value, choices = getattr(self, name), get_args(allowed)
             if value not in choices:
-                hint = did_you_mean(value, choices)
-                raise ValueError(
-                    f"{name} must be one of {either([repr(c) for c in choices])}; got {value!r}"
-                    + (f"; {hint}" if hint else "")
-                )
+                raise ValueError(f"{name} {_not_one_of(value, choices)}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EmulatorConfig:
@@ -117,11 +113,7 @@ class EmulatorConfig:
             value = text(variable, choices[0])
             if value in choices:
                 return value
-            hint = did_you_mean(value, choices)
-            problems.append(
-                f"{variable}: must be {either(choices)}; got {value!r}"
-                + (f"; {hint}" if hint else "")
-            )
+            problems.append(f"{variable}: {_not_one_of(value, choices)}")
             return choices[0]
 
         prefix = checked(
@@ -169,3 +161,9 @@ _SWITCH = ("false", "true")
 
 def _positive(value: str) -> bool:
     return not value or (re.fullmatch("[0-9]+", value) is not None and int(value) >= 1)
+
+
+def _not_one_of(value: object, choices: tuple[str, ...]) -> str:
+    """What is wrong with `value`, which is none of `choices`, said the same of a setting
+    and of a keyword argument."""
+    return with_guess(f"must be {either(choices)}; got {value!r}", value, choices)

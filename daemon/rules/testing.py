@@ -18,7 +18,7 @@ from daemon.rules.fields import facts
 from daemon.rules.model import Action, Spec
 from daemon.rules.ruleset import Decision, Ruleset
 from daemon.rules.yamlfile import FileError, Loc, Mistake, read_document
-from daemon.words import did_you_mean
+from daemon.words import with_guess
 
 
 class Expect(Spec):
@@ -87,8 +87,7 @@ def _unknown_rules(spec: TestFile, ruleset: Ruleset) -> Iterator[Mistake]:
 
 
 def _no_rule(name: str, names: list[str], source: str) -> str:
-    hint = did_you_mean(name, names)
-    return f"no rule is named {name!r} in {source}" + (f"; {hint}" if hint else "")
+    return with_guess(f"no rule is named {name!r} in {source}", name, names)
 
 
 def _failures(expect: Expect, decision: Decision, header_prefix: str) -> Iterator[str]:

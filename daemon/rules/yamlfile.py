@@ -21,7 +21,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 
 from daemon.rules.yamlsyntax import Constructor, explain
-from daemon.words import did_you_mean, unknown_key
+from daemon.words import unknown_key, with_guess
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -325,8 +325,7 @@ def _message(kind: str, item: Any) -> str:
     if kind == "literal_error":
         expected = context["expected"]
         words = f"one of {expected}" if " or " in expected else expected
-        hint = did_you_mean(value, _QUOTED.findall(expected)) if isinstance(value, str) else ""
-        return f"must be {words}; got {shown(value)}" + (f"; {hint}" if hint else "")
+        return with_guess(f"must be {words}; got {shown(value)}", value, _QUOTED.findall(expected))
     for bound, words in (("ge", "at least"), ("gt", "more than"), ("le", "at most")):
         if bound in context:
             return f"must be {words} {context[bound]}; got {shown(value)}"

@@ -33,6 +33,12 @@ Added = Literal["accepted", "duplicate"]
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
+def is_postgres(url: object) -> bool:
+    """Whether `url` (a RECOVERYD_STORE value, or None when unset) names a PostgreSQL
+    store."""
+    return isinstance(url, str) and url.startswith(POSTGRES_SCHEMES)
+
+
 class StoreUnavailable(Exception):
     """The store cannot take or answer a request right now; the caller may try again."""
 
@@ -451,7 +457,7 @@ async def open_store(
     `create` false (a command reading what the daemon recorded), a store not made yet is
     StoreMissing, and nothing is created: a mistyped URL must not read as a store with
     nothing in it."""
-    if url.startswith(POSTGRES_SCHEMES):
+    if is_postgres(url):
         from daemon.store.postgres import PostgresStore
 
         # Replicas share the leases: none is released at start (a crashed one's expire).

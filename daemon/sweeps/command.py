@@ -33,7 +33,7 @@ from daemon.upstream import (
     ServiceClient,
     ServiceError,
 )
-from daemon.words import counted, did_you_mean
+from daemon.words import counted, with_guess
 
 NOT_BY_HAND = (
     "a sweep runs on its schedule in `recoveryd serve` (one run at a time, each recorded: "
@@ -58,10 +58,9 @@ async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[st
     spec = next((sweep for sweep in ruleset.sweeps if sweep.name == name), None)
     if spec is None:
         names = [sweep.name for sweep in ruleset.sweeps]
-        hint = did_you_mean(name, names)
+        listed = ", ".join(names) or "none"
         raise SweepCommandError(
-            f"{rules}: no sweep named {name!r} (sweeps: {', '.join(names) or 'none'})"
-            + (f"; {hint}" if hint else "")
+            with_guess(f"{rules}: no sweep named {name!r} (sweeps: {listed})", name, names)
         )
     run = plan(spec, now=time.time(), dry_run=True)
     try:

@@ -120,3 +120,15 @@ def test_reseal_needs_the_key(tmp_path: Path) -> None:
     done = reseal(tmp_path)
     assert done.returncode == 1
     assert done.stderr.startswith("Error: RECOVERYD_CREDENTIALS_KEY: required: the keys the ")
+
+
+def test_reseal_on_sqlite_says_once_that_it_needs_postgresql(tmp_path: Path) -> None:
+    """A key with a SQLite store: one line, the store's, for the one cause."""
+    done = reseal(
+        tmp_path, STORE=f"sqlite:///{tmp_path}/x.db", CREDENTIALS_KEY=Fernet.generate_key().decode()
+    )
+    assert done.returncode == 1
+    assert done.stderr == (
+        "Error: RECOVERYD_STORE: must be a PostgreSQL store (postgresql://...): "
+        "the saved credentials are sealed into it\n"
+    )

@@ -146,7 +146,7 @@ async def test_a_reload_adds_the_new_rules_series_at_zero_and_drops_the_removed_
     tmp_path: Path,
 ) -> None:
     """The series a rule or sweep can count follow the file: a reload adds a new rule's
-    at 0, drops the series of the rules and sweeps it removed, and leaves the rest."""
+    at 0, drops the uncounted series of the rules and sweeps it removed, and leaves the rest."""
     path = tmp_path / "rules.yaml"
     path.write_text(
         "version: 1\nrules:\n"
@@ -200,3 +200,27 @@ async def test_a_reload_keeps_the_counts_of_the_rules_it_keeps(tmp_path: Path) -
     path.write_text(path.read_text() + "  - {name: more, match: {}, action: ignore}\n")
     await rules.reload()
     assert series(registry, "recoveryd_decisions")[("kept", "resume")] == 3
+
+
+async def test_a_reload_keeps_a_removed_rules_counted_series_and_drops_its_uncounted_ones(
+    tmp_path: Path,
+) -> None:
+    """A removed rule's counted series stay, frozen, through every later reload, counted
+    before or after its removal; its series still at 0 go."""
+    path = tmp_path / "rules.yaml"
+    write_rules(path, "early")
+    path.write_text(path.read_text() + "  - {name: late, match: {}, action: resume}\n")
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    rules = LiveRules(path, metrics)
+    metrics.count_failed("call_rejected", ["early"])
+    path.write_text("version: 1\nrules: []\n")
+    await rules.reload()
+    metrics.count_failed("check_refused", ["late"])  # work left under way ends
+    path.write_text("version: 1\nrules: []\nsweeps: []\n")
+    await rules.reload()
+    assert series(registry, "recoveryd_dlq_ids_failed") == {
+        ("", "fetch_refused"): 0,
+        ("early", "call_rejected"): 1,
+        ("late", "check_refused"): 1,
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 
@@ -112,11 +113,35 @@ async def test_a_server_that_refuses_says_why_not_only_that_it_timed_out() -> No
     assert "pool initialization incomplete" not in str(refused.value)
 
 
+def connections_made(listening: socket.socket) -> int:
+    """How many connections `listening` has queued, none accepted before: each accepted
+    now, and closed."""
+    listening.setblocking(False)
+    made = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            listening.accept()[0].close()
+            made += 1
+    return made
+
+
+async def test_a_server_that_never_answers_is_waited_for_once() -> None:
+    """A server that takes the connection and says nothing: the open gives up after its
+    connect timeout, in the words of the pool's one try, and makes no other."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; no more
+        url = f"postgresql://recoveryd@127.0.0.1:{silent.getsockname()[1]}/x"
+        with pytest.raises(StoreUnavailable) as refused:
+            async with OpenStore(url)(connect_timeout=1.0):
+                pass
+        assert connections_made(silent) == 1
+    assert "connection timeout expired" in str(refused.value)
+
+
 async def test_a_database_that_does_not_exist_is_named(postgres_url: str) -> None:
     """A database missing on a server that answers: the server says which."""
     url = postgres_url.rsplit("/", 1)[0] + "/no_such_database"
     with pytest.raises(StoreUnavailable, match='database "no_such_database" does not exist'):
-        async with OpenStore(url)(connect_timeout=1.0, create=False):
+        async with OpenStore(url)(connect_timeout=5.0, create=False):
             pass
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -118,8 +118,10 @@ class PostgresStore:
         other replicas may hold them; a crashed replica's expire.
         """
         shown = without_credentials(url)
+        connection_class = _remembering()
         pool: psycopg_pool.AsyncConnectionPool[Connection] = psycopg_pool.AsyncConnectionPool(
             url,
+            connection_class=connection_class,
             min_size=1,
             max_size=pool_size,
             open=False,
@@ -134,12 +136,12 @@ class PostgresStore:
                 await _migrate(connection, create, shown)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             await pool.close()
-            said = (
-                await _refusal(url, connect_timeout)
-                if isinstance(exc, psycopg_pool.PoolTimeout)
-                else None
-            )
-            said = said or _said(exc)
+            if not isinstance(exc, psycopg_pool.PoolTimeout):
+                said = _said(exc)
+            elif connection_class.error is not None:
+                said = _said(connection_class.error)
+            else:  # no try of the pool's ended, even as it closed
+                said = f"no answer within {connect_timeout:g} s"
             raise StoreUnavailable(f"cannot open the PostgreSQL store {shown}: {said}") from None
         except StoreMissing:
             await pool.close()
@@ -678,18 +680,25 @@ async def _migrate(connection: Connection, create: bool = True, shown: str = "")
             await connection.execute("UPDATE recoveryd_schema SET version = %s", (len(MIGRATIONS),))
 
 
-async def _refusal(url: str, connect_timeout: float) -> str | None:
-    """Why the server took no connection, in its words (refused, no such database, a
-    password refused), from one more try: the pool says only that it waited. None if
-    that one goes through."""
-    try:
-        connection = await psycopg.AsyncConnection.connect(
-            url, autocommit=True, connect_timeout=max(1, int(connect_timeout))
-        )
-    except psycopg.Error as exc:
-        return _said(exc)
-    await connection.close()
-    return None
+class _Remembering(Connection):
+    """A connection class that keeps the error of its last failed connect(): the pool's
+    PoolTimeout says only that it waited, and the server's reason (refused, no such
+    database, a password refused) is what a person can act on."""
+
+    error: psycopg.Error | None = None
+
+    @classmethod
+    async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        try:
+            return await super().connect(conninfo, **kwargs)
+        except psycopg.Error as exc:
+            cls.error = exc
+            raise
+
+
+def _remembering() -> type[_Remembering]:
+    """A class of its own for one pool, so that what it remembers is that pool's."""
+    return type("Remembering", (_Remembering,), {})
 
 
 def _said(exc: BaseException) -> str:
