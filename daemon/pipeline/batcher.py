@@ -395,16 +395,29 @@ class Batcher:
         DLQ and passes over the others, and lists a new run for each it recovered, not
         which dlqId that run came from. So: a run for each, all `done`; no run, all
         `gone` (left the DLQ before the call, as a read would have found: with
-        RECOVERYD_FETCH=needed none was made); some, all `done`, with the count in the
+        RECOVERYD_FETCH=needed none was made), but `done` for those an earlier batch's
+        call may have carried (see below); some, all `done`, with the count in the
         batch's reason, as the answer cannot say which were passed over. No run after
         an earlier attempt that may have acted would say nothing (that attempt may have
         recovered them all, so they would be `done`); the client makes no such repeat
         of a bulk call, but the record keeps to what it can tell."""
         named = len(record.dlq_ids)
         if not runs and all(_refused(call) for call in calls[:-1]):
+            # An earlier batch's call that may have acted on a dlqId (its answer lost) can
+            # be carried out after its lookup found the dlqId still in the DLQ and sent it
+            # again: that call recovered it, so it is `done`, as in `_check`.
+            sends = await self._sends(record)
+            if sends is None:
+                return
+            ours = [dlq_id for dlq_id in record.dlq_ids if sends.get(dlq_id, 0) > 0]
+            others = [dlq_id for dlq_id in record.dlq_ids if dlq_id not in ours]
             reason = "not in the DLQ when the bulk call named it: the service recovered none"
-            await self._settle(record, sent=True, gone=record.dlq_ids, reason=reason, calls=calls)
-            log.info("batch found nothing to recover", batch=record.id, dlq_ids=named)
+            if ours:
+                reason += f"; {len(ours)} of them an earlier call of ours may have recovered"
+            await self._settle(record, sent=True, done=ours, gone=others, reason=reason,
+                               calls=calls)  # fmt: skip
+            log.info("batch found nothing to recover", batch=record.id, dlq_ids=named,
+                     earlier_call=len(ours))  # fmt: skip
             return
         short = f"{len(runs)} of {named} recovered, the rest were not in the DLQ any more"
         await self._settle(record, sent=True, done=record.dlq_ids, runs=runs, calls=calls,
