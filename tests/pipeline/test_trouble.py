@@ -9,8 +9,8 @@ import dataclasses
 from collections import Counter
 from pathlib import Path
 
-from tests.pipeline.support import RESUME_ALL, Harness, harness, sent_per_dlq_id
-from tests.support import FAST_RETRY, FAST_TUNING, eventually, workflows
+from tests.pipeline.support import BULK_PATHS, RESUME_ALL, Harness, harness, sent_per_dlq_id
+from tests.support import FAST_RETRY, FAST_TUNING, TOKEN, eventually, workflows
 
 FAILED = "recoveryd_dlq_ids_failed_total"
 
@@ -159,6 +159,40 @@ async def test_a_timed_out_bulk_call_creates_each_run_once(tmp_path: Path) -> No
 
         assert await h.settled(5) == {"done": 5}
 
+        sources = Counter(run["sourceDlqId"] for run in await h.runs())
+        assert sources == Counter(dict.fromkeys(dlq_ids, 1))
+
+
+async def test_dlq_ids_an_earlier_call_recovered_after_its_lookup_end_done(
+    tmp_path: Path,
+) -> None:
+    """A call whose answer was lost is carried out after its lookup found its dlqIds
+    still in the DLQ: the call made again finds none of them, and they end `done`
+    (recovered once, by the first call), not `gone`."""
+    async with harness(tmp_path, RESUME_ALL) as h:
+        dlq_ids = await h.seed(workflows(3))
+        # The first call's answer is lost (a 504: it may have acted); the second is held.
+        await h.fault(kind="status", status=504, times=1, paths=[BULK_PATHS[0]])
+        await h.fault(kind="latency", seconds=2.0, times=1, paths=[BULK_PATHS[0]])
+        await h.send_callbacks(dlq_ids)
+
+        async def sent_again() -> bool:
+            """Looked up, found in the DLQ, and their second call out (held)."""
+            records = [await h.record(dlq_id) for dlq_id in dlq_ids]
+            return all(
+                r["sends"] == 1 and r["state"] == "batched" and r["batches"][-1]["sentAt"]
+                for r in records
+            )
+
+        await eventually(sent_again, 10, "the dlqIds looked up and sent again")
+        # Meanwhile the service carries the first call out, late, as such a call is.
+        late = await h.control.post(
+            BULK_PATHS[0], params=[("dlqIds", dlq_id) for dlq_id in dlq_ids],
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )  # fmt: skip
+        assert len(late.json()["workflowRuns"]) == 3, late.text
+
+        assert await h.settled(3) == {"done": 3}
         sources = Counter(run["sourceDlqId"] for run in await h.runs())
         assert sources == Counter(dict.fromkeys(dlq_ids, 1))
 
