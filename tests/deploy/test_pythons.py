@@ -1,6 +1,6 @@
 """The Pythons recoveryd says it supports are the ones it is tested on: pyproject.toml's
-classifiers name each release from the oldest CI runs the suite on to the newest, and the
-image runs the newest. (That the suite passes on each is CI's: .ci/run.)"""
+classifiers name each release from the oldest CI runs the suite on to the newest. (That
+the suite passes on each is CI's: .ci/run.)"""
 
 from __future__ import annotations
 
@@ -39,8 +39,7 @@ def test_the_classifiers_name_each_python_from_the_oldest_tested_to_the_newest()
 
 
 def test_the_python_running_the_suite_is_one_the_classifiers_name() -> None:
-    """A CI moved to a newer Python fails here until the classifiers, .ci/run and the
-    image say so."""
+    """A CI moved to a newer Python fails here until the classifiers and .ci/run say so."""
     assert f"{sys.version_info.major}.{sys.version_info.minor}" in classified()
 
 
@@ -55,11 +54,3 @@ def test_ci_runs_the_suite_on_the_newest_from_the_lock_with_hashes() -> None:
     assert missing, ".ci/run does not say what a missing Python is"
     assert 'if [ -n "${CI:-}" ]' in missing.group(1)
     assert "exit 1" in missing.group(1)
-
-
-def test_the_image_runs_the_newest_python() -> None:
-    """Of the two tested on every change, the one with security fixes the longer."""
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    image = re.search(r"^ARG PYTHON_IMAGE=python:(3\.\d+)\.\d+-", dockerfile, re.MULTILINE)
-    assert image, "the Dockerfile's PYTHON_IMAGE is not python:3.X.Y-..."
-    assert image.group(1) == ci_python("NEWEST")
