@@ -11,8 +11,9 @@ The heartbeat also shares the account's rate limit out: each replica takes its p
 its rank among those alive (ratelimit.RateLimiter.share), so the parts add up to the
 limit. A part only grows once every other replica has beaten since the last one joined
 (and so knows of it): until then a replica that joined sends nothing, and the others
-keep to the smallest part. A replica whose heartbeat fails for half its lease gives its
-part up, since the others may soon count it gone and take it.
+keep to the smallest part. Each part lapses half a lease after the beat that gave it
+began: a replica whose heartbeat fails or stalls that long sends nothing more, since
+the others may soon count it gone and take its part.
 
 The same half lease fences what it sends (`LeaseFence`): the store's checks (a batch's
 owner, a lease's) are made before a call, and a call's client may retry for longer than
@@ -113,7 +114,8 @@ class Heartbeat:
         wall_clock: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`fence` is told of every renewal, timed by `clock`."""
+        """`fence` is told of every renewal, and `limiter` given its part till when, both
+        timed by `clock` (the limiter's clock too)."""
         self._store = store
         self._replica = replica
         self._metrics = metrics
@@ -122,7 +124,6 @@ class Heartbeat:
         self._fence = fence
         self._on_gone = on_gone
         self._supervisor = supervisor or Supervisor(metrics)
-        self._last_beat = -math.inf
         self._wall_clock = wall_clock
         self._started = wall_clock()
         self._clock = clock
@@ -162,19 +163,12 @@ class Heartbeat:
                     log.warning("heartbeat not recorded; other replicas take this one's "
                                 "work if it lasts", error=str(exc), lease=self._lease)  # fmt: skip
                 self._failing = True
-                if (
-                    self._limiter is not None
-                    and self._shared
-                    and (self._wall_clock() - self._last_beat > self._lease / 2)
-                ):
-                    self._limiter.share(0, 0)
 
     async def _beat(self) -> None:
         now, began = self._wall_clock(), self._clock()
         self._began = began
         gone = await self._store.heartbeat(self._replica, self._lease, now)
         self._failing = False
-        self._last_beat = now
         if self._fence is not None:
             self._fence.renewed(began)
         if gone:
@@ -184,7 +178,8 @@ class Heartbeat:
         alive = await self._store.replicas(now)
         self._metrics.replicas.set(max(1, len(alive)))
         if self._shared and self._limiter is not None:
-            self._limiter.share(*share_of(self._replica, alive))
+            # The limiter's clock is this heartbeat's (both monotonic, as the fence's).
+            self._limiter.share(*share_of(self._replica, alive), until=began + self._lease / 2)
 
     async def status(self) -> dict[str, Any]:
         """`/api/v1/status`'s part: the replicas alive (this daemon alone on a store of

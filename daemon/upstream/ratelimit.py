@@ -119,6 +119,7 @@ class RateLimiter:
         self._catch_up = catch_up
         self._next_at = -math.inf  # when the next call's even turn comes
         self._share: tuple[int, int] | None = None  # (rank, members) among replicas
+        self._share_until = math.inf  # when that part lapses unless given again
         self._clock = clock
         self._sleep = sleep
         self._rand = rand
@@ -206,11 +207,14 @@ class RateLimiter:
         self._wake()
         return new
 
-    def share(self, rank: int, members: int) -> None:
+    def share(self, rank: int, members: int, *, until: float = math.inf) -> None:
         """Replicas share the account: this one, `rank` among `members` (0: none of the
         budget for now), keeps to its part of the calls a window, a whole number each,
-        the parts adding up to the account's (daemon/replicas.py)."""
+        the parts adding up to the account's (daemon/replicas.py). The part lapses at
+        `until`, on this limiter's clock, unless given again before: a replica whose
+        heartbeat stalls may be counted gone by the others, who then take its part."""
         self._share = (rank, members)
+        self._share_until = until
         self._wake()
 
     def pause(self, seconds: float) -> None:
@@ -295,11 +299,11 @@ class RateLimiter:
 
     def _pace(self, now: float) -> tuple[int, float] | None:
         """(capacity, window) in force now; None when calls are not limited."""
-        if self._rate is not None:
-            return self._shared(*_shape(self._rate, self._headroom))
-        if self._ramp is None:
+        pace = self._rate if self._rate is not None else self._ramp
+        if pace is None:
             return None
-        return self._shared(*_shape(self._ramp, self._headroom))
+        capacity, window = self._shared(*_shape(pace, self._headroom))
+        return (0, window) if now > self._share_until else (capacity, window)
 
     def _shared(self, capacity: int, window: float) -> tuple[int, float]:
         """This replica's part of `capacity` calls a `window`: the whole when alone. Parts

@@ -4,11 +4,17 @@ each replica's part of the account's rate limit, as its heartbeat works it out."
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
-from daemon.replicas import share_of
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+
+from daemon.metrics import Metrics
+from daemon.replicas import Heartbeat, share_of
 from daemon.store import Store
 from daemon.store.records import Outcome, Replica
+from daemon.upstream import RateLimiter
 from tests.store.support import ACTION, OVERRIDES, OpenStore, batched, received, settled
 from tests.store.test_postgres import replicas
 
@@ -129,3 +135,27 @@ def test_parts_of_the_limit_grow_only_once_every_replica_knows_the_newest() -> N
     assert share_of("a", [a]) == (0, 1)
     # Not among the living (declared gone): nothing.
     assert share_of("z", [a, b]) == (0, 0)
+
+
+async def test_a_stalled_heartbeat_gives_its_part_of_the_limit_up_before_the_others_take_it(
+    database: OpenStore, postgres_url: str
+) -> None:
+    """A heartbeat that cannot reach the store (its table held by another session here;
+    a slow or cut-off store in production) stops this replica's calls half a lease after
+    the last beat began. The others count it gone after a whole lease and take its part:
+    one that went on sending at its part would put the account over its limit."""
+    lease = 2.0
+    limiter = RateLimiter(10, headroom=0)
+    async with database() as store:
+        heartbeat = Heartbeat(store, A, Metrics(CollectorRegistry()), lease=lease, limiter=limiter)
+        async with heartbeat.running():
+            await asyncio.wait_for(limiter.acquire(), lease)  # its part, from the first beat
+            other = await psycopg.AsyncConnection.connect(postgres_url)
+            async with other, other.transaction():
+                await other.execute("LOCK TABLE replicas IN ACCESS EXCLUSIVE MODE")
+                # The last beat that got through began before the lock: its part lapses.
+                await asyncio.sleep(lease / 2 + 0.2)
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(limiter.acquire(), lease)
+            # The store answers again: the next beat gives the part back.
+            await asyncio.wait_for(limiter.acquire(), 2 * lease)

@@ -547,3 +547,30 @@ async def test_no_part_holds_every_call_until_one_is_given() -> None:
     await settle()
     await task
     assert acquired == [1.0]
+
+
+@bounded
+async def test_a_part_lapses_at_its_end_until_given_again() -> None:
+    """A part given `until` a time holds every call after it (its heartbeat stalled: the
+    other replicas may take it), and goes on once it is given again."""
+    time = ManualTime()
+    limiter = limiter_on(time, 10, headroom=0)
+    limiter.share(0, 1, until=0.05)  # before the second call's turn (at 0.1)
+    acquired: list[float] = []
+
+    async def calls(count: int) -> None:
+        for _ in range(count):
+            slot = await limiter.acquire()
+            limiter.sent(slot)
+            acquired.append(time.now)
+
+    task = asyncio.create_task(calls(2))
+    await settle()
+    assert acquired == [0.0]  # within its part's time
+    for step in range(1, 9):
+        await time.advance_to(step * 0.25)
+    assert acquired == [0.0]  # lapsed
+    limiter.share(0, 1, until=4.0)
+    await settle()
+    await task
+    assert acquired == [0.0, 2.0]
