@@ -10,10 +10,11 @@
 # (no registry): a release sets it here, from `docker buildx imagetools inspect
 # "$PYTHON_IMAGE"` (CONTRIBUTING.md, Releasing), or passes --build-arg PYTHON_DIGEST=.
 # Left empty, the build takes what the tag names that day.
-# Python 3.11: the release CI runs the whole suite on, so the image runs the Python every
-# change is tested with. 3.12 and 3.13 pass the suite too (CONTRIBUTING.md); the image
-# moves to 3.13 (security fixes to 2029, 3.11's end in 2027) once CI runs the suite on it.
-ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+# Its Python is the newest the suite passes on, which CI runs it on beside the oldest
+# (.ci/run): of the two tested on every change, the one with security fixes the longer
+# (to October 2029, 3.11's end in October 2027) and the faster, so the image moves only
+# to new patch releases for years. tests/deploy/test_pythons.py keeps it the newest.
+ARG PYTHON_IMAGE=python:3.13.9-slim-bookworm
 ARG PYTHON_DIGEST=
 FROM ${PYTHON_IMAGE}${PYTHON_DIGEST:+@}${PYTHON_DIGEST} AS base
 
