@@ -23,27 +23,28 @@ from daemon.account import credentials_file as credentials_files
 from daemon.account.rate import SharedRate
 from daemon.account.rotation import missing_basic_credentials
 from daemon.account.vault import CredentialsStore, FileVault, StoreVault, Vault
-from daemon.admin import admin_app
-from daemon.descriptors import DescriptorWatch
+from daemon.admin.routes import admin_app
 from daemon.endpoints.api import removal_routes
 from daemon.endpoints.remover import Remover
+from daemon.http.errors import EXCEPTION_HANDLERS
+from daemon.http.listener import ListenerLimits, Refusal, limited_protocol
+from daemon.http.public_api import document as public_openapi
+from daemon.http.public_api import openapi_route
 from daemon.ingest.protocol import callback_protocol
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
-from daemon.leadership import Leadership
-from daemon.listener import ListenerLimits, Refusal, limited_protocol
 from daemon.metrics import Listener, Metrics
 from daemon.notify.notifier import Notifier
 from daemon.pipeline import Pipeline, Tuning
 from daemon.pipeline.calls import observer
-from daemon.public_api import document as public_openapi
-from daemon.public_api import openapi_route
-from daemon.replicas import Heartbeat, LeaseFence, replica_id
-from daemon.retention import Retention
 from daemon.rules.live import LiveRules
+from daemon.runtime.descriptors import DescriptorWatch
+from daemon.runtime.leadership import Leadership
+from daemon.runtime.replicas import Heartbeat, LeaseFence, replica_id
+from daemon.runtime.retention import Retention
+from daemon.runtime.supervisor import Supervisor
 from daemon.settings import PREFIX, Settings, SettingsError
 from daemon.store import Store, StoreUnavailable, open_store
-from daemon.supervisor import Supervisor
 from daemon.sweeps import Sweeper, SweepRunner, SweepTiming, sweep_routes
 from daemon.upstream import (
     BreakerPolicy,
@@ -53,7 +54,6 @@ from daemon.upstream import (
     RetryPolicy,
     ServiceClient,
 )
-from daemon.web import EXCEPTION_HANDLERS
 
 ASGIApp = Callable[..., Any]
 log = structlog.get_logger(__name__)
@@ -70,7 +70,7 @@ class Daemon:
     rotator: Rotator
     public: ASGIApp
     admin: ASGIApp
-    # The listeners' HTTP protocols, with the connection limits (daemon/listener.py).
+    # The listeners' HTTP protocols, with the connection limits (daemon/http/listener.py).
     public_http: type[asyncio.Protocol]
     admin_http: type[asyncio.Protocol]
 

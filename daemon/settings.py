@@ -26,12 +26,12 @@ from pydantic import (
     model_validator,
 )
 
-from daemon.durations import parse_duration
-from daemon.listener import ListenerLimits
-from daemon.schedule import parse_schedule
+from daemon.foundation.durations import parse_duration
+from daemon.foundation.schedule import parse_schedule
+from daemon.foundation.urls import credentials_hidden, http_url, without_credentials
+from daemon.foundation.variables import misspelt
+from daemon.http.listener import ListenerLimits
 from daemon.store import is_postgres
-from daemon.urls import credentials_hidden, http_url, without_credentials
-from daemon.variables import misspelt
 
 PREFIX = "RECOVERYD_"
 _PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
@@ -204,7 +204,7 @@ class Settings(BaseModel):
     HEADER_PREFIX: HeaderPrefix = "Service"
     MAX_RPS: float | None = Field(default=None, gt=0)
     MAX_BODY_BYTES: int = Field(default=1024 * 1024, gt=0)
-    # What one connection to a listener may take (daemon/listener.py, docs/settings.md).
+    # What one connection to a listener may take (daemon/http/listener.py, docs/settings.md).
     MAX_HEADER_BYTES: int = Field(default=16 * 1024, ge=1024)
     HEADER_TIMEOUT: Duration = 10.0
     KEEPALIVE_TIMEOUT: Duration = 120.0
@@ -217,7 +217,7 @@ class Settings(BaseModel):
     FETCH: Literal["always", "needed"] = "always"
     LOG_FORMAT: Literal["json", "console"] = "json"
     RETENTION: Duration = 7 * 86400.0
-    # How long a replica's work outlives its last heartbeat (daemon/replicas.py).
+    # How long a replica's work outlives its last heartbeat (daemon/runtime/replicas.py).
     REPLICA_LEASE: Annotated[Duration, Field(ge=3)] = 30.0
 
     @field_validator("STORE")

@@ -13,7 +13,7 @@ import asyncio
 import httpx
 
 from daemon.account.rotation import RotationRefused
-from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
+from daemon.admin.client import DaemonError, ask_daemon, daemon_admin
 from daemon.settings import Settings, SettingsError
 from daemon.store import StoreUnavailable
 from daemon.store.records import Rotation

@@ -44,11 +44,11 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from daemon.account import credentials_file
 from daemon.account.credentials_file import CredentialsFileError, Saved
 from daemon.account.vault import Vault
+from daemon.foundation.schedule import parse_schedule
 from daemon.metrics import ACCOUNT_LIMITS, Metrics
-from daemon.schedule import parse_schedule
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import Rotation, RotationResult
-from daemon.supervisor import Supervisor
 from daemon.upstream import (
     AccountRecord,
     Credentials,

@@ -31,7 +31,7 @@ import httpx
 from daemon.account import credentials_file
 from daemon.account.credentials_file import CredentialsFileError, Saved
 from daemon.account.vault import Vault
-from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
+from daemon.admin.client import DaemonError, ask_daemon, daemon_admin
 from daemon.settings import Settings, SettingsError, needs
 from daemon.store import StoreUnavailable, open_store
 from daemon.upstream import (

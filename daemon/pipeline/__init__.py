@@ -19,11 +19,11 @@ from daemon.metrics import Metrics
 from daemon.notify.delivery import NotifyTiming
 from daemon.pipeline.batcher import Batcher
 from daemon.pipeline.fetch import Fetcher
-from daemon.replicas import LeaseFence
 from daemon.rules import BatchPolicy
 from daemon.rules.live import LiveRules
+from daemon.runtime.replicas import LeaseFence
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store
-from daemon.supervisor import Supervisor
 from daemon.upstream import ServiceClient
 
 

@@ -49,11 +49,11 @@ import structlog
 from daemon.metrics import FailedReason, Metrics
 from daemon.pipeline.calls import recording
 from daemon.pipeline.failures import backoff, is_final_for
-from daemon.replicas import LeaseFence
 from daemon.rules import BatchPolicy
+from daemon.runtime.replicas import LeaseFence
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import BatchRecord, Pending
-from daemon.supervisor import Supervisor
 from daemon.upstream import (
     MAX_BULK,
     BulkAction,
@@ -143,7 +143,7 @@ class Batcher:
         after `check_tries` rounds of final answers (a 400) those dlqIds are `failed`.
         Every `housekeeping` seconds, batches and decided dlqIds this process does not
         hold (a store error came between two steps) are taken up: with `replica`, only
-        those this replica holds or a replica gone left (daemon/replicas.py), and every
+        those this replica holds or a replica gone left (daemon/runtime/replicas.py), and every
         attempt of a call waits for, and asks, `fence`."""
         self._store = store
         self._replica = replica

@@ -104,7 +104,7 @@ def outcome_of(
         return Outcome(dlq_id, "done", reason=reason, **common)
     if rule.action == "remove-endpoint":
         # The store counts the failure as it settles the outcome, and its count makes the
-        # state and the reason (store/sqlite_endpoints.py); the removal has its own record.
+        # state and the reason (store/sqlite/endpoints.py); the removal has its own record.
         failure = endpoint_failure(rule, facts)
         if isinstance(failure, str):
             return Outcome(dlq_id, "skipped", reason=failure, **common)

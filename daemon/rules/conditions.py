@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from daemon.foundation.words import did_you_mean, either, unknown_key
 from daemon.rules.fields import FIELDS, Kind
 from daemon.rules.yamlfile import Loc, Mistake, shown
-from daemon.words import did_you_mean, either, unknown_key
 
 Facts = Mapping[str, Any]
 Predicate = Callable[[Facts], bool]

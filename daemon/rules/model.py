@@ -14,11 +14,11 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from daemon.durations import parse_duration
+from daemon.foundation.durations import parse_duration
+from daemon.foundation.schedule import parse_schedule
+from daemon.foundation.urls import http_url
 from daemon.rules.yamlfile import shown
-from daemon.schedule import parse_schedule
 from daemon.upstream.models import FailureFunctionState, Overrides
-from daemon.urls import http_url
 
 Action = Literal["resume", "restart", "remove-endpoint", "notify", "ignore"]
 RECOVERIES: tuple[Action, ...] = ("resume", "restart")

@@ -13,12 +13,12 @@ from typing import Any
 
 from pydantic import Field
 
+from daemon.foundation.words import with_guess
 from daemon.rules.explain import call_headers
 from daemon.rules.fields import facts
 from daemon.rules.model import Action, Spec
 from daemon.rules.ruleset import Decision, Ruleset
 from daemon.rules.yamlfile import FileError, Loc, Mistake, read_document
-from daemon.words import with_guess
 
 
 class Expect(Spec):

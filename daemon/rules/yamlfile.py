@@ -20,8 +20,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 
+from daemon.foundation.words import unknown_key, with_guess
 from daemon.rules.yamlsyntax import Constructor, explain
-from daemon.words import unknown_key, with_guess
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)

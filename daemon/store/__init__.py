@@ -1,6 +1,6 @@
 """Where callbacks are kept until they are handled: the interface every store implements.
 
-SQLite (`sqlite.py`) is the embedded default; PostgreSQL (`postgres/`) implements the
+SQLite (`sqlite/`) is the embedded default; PostgreSQL (`postgres/`) implements the
 same interface so that several replicas can share one database.
 """
 

@@ -10,7 +10,7 @@ follows it, so a crash at any point leaves a state the next start can act on:
 
 `received` with a lease is being fetched; its lease expiring gives it to another worker.
 
-Both stores (sqlite_pipeline.py, postgres/pipeline.py) build the values they answer from
+Both stores (sqlite/pipeline.py, postgres/pipeline.py) build the values they answer from
 their rows with the functions at the end of this module.
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from daemon.foundation.words import counted
 from daemon.store.removals import EndpointFailure
-from daemon.words import counted
 
 State = Literal["received", "decided", "batched", "done", "gone", "skipped", "failed", "dry-run"]
 STATES: tuple[State, ...] = (

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from daemon.urls import without_credentials
-from daemon.words import counted, plural
+from daemon.foundation.urls import without_credentials
+from daemon.foundation.words import counted, plural
 
 if TYPE_CHECKING:  # records.py imports this module
     from daemon.store.records import State
@@ -47,7 +47,7 @@ DLQ_STATE: dict[RemovalResult, State] = {
     "read_failed": "skipped",
     "failed": "failed",
 }
-# SQL both stores' endpoint_removals queries share (sqlite_endpoints.py and
+# SQL both stores' endpoint_removals queries share (sqlite/endpoints.py and
 # postgres/endpoints.py): the states as literals, so the partial index on the open ones
 # is used, and the columns `removal` reads and those `listed` reads, in their order.
 OPEN_SQL = ", ".join(f"'{state}'" for state in OPEN)

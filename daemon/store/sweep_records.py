@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from daemon.foundation.words import counted
 from daemon.store.records import Load
-from daemon.words import counted
 
 SweepResult = Literal["success", "failure", "unknown", "interrupted", "dry-run"]
 SWEEP_RESULTS: tuple[SweepResult, ...] = (
@@ -103,7 +103,7 @@ class SweepRun:
         return answer
 
 
-# The values both stores (sqlite_sweeps.py, postgres/sweeps.py) answer, built from their
+# The values both stores (sqlite/sweeps.py, postgres/sweeps.py) answer, built from their
 # rows: each function takes the columns named beside it, in that order. `load` decodes a
 # JSON column (filter, overrides, items) as the store's driver returns it: SQLite's are
 # text written with sorted keys (`json.loads`); PostgreSQL's jsonb come back decoded, and

@@ -25,8 +25,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from daemon.urls import http_url
-from daemon.words import did_you_mean
+from daemon.foundation.urls import http_url
+from daemon.foundation.words import did_you_mean
 
 BulkAction = Literal["resume", "restart"]
 FailureFunctionState = Literal[

@@ -23,6 +23,7 @@ import psycopg
 import psycopg_pool
 import structlog
 
+from daemon.foundation.urls import without_credentials
 from daemon.store import Added, Callback, StoreMissing, StoreUnavailable
 from daemon.store.group_commit import GroupCommit
 from daemon.store.postgres import (
@@ -54,9 +55,8 @@ from daemon.store.records import (
     check_final,
 )
 from daemon.store.removals import Removal, RemovalResult
-from daemon.store.sqlite_retention import dedup_key
+from daemon.store.sqlite.retention import dedup_key
 from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
-from daemon.urls import without_credentials
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)

@@ -1,5 +1,5 @@
 """Endpoint failures and removals over the PostgreSQL store (see `removals.py` for the
-states, and `sqlite_endpoints.py`, whose semantics these functions share exactly).
+states, and `sqlite/endpoints.py`, whose semantics these functions share exactly).
 
 Plain async functions of a connection, run by `PostgresStore` inside a transaction for
 writes. A failure is counted in the transaction that settles its dlqId's decision
@@ -33,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from daemon.durations import shown_duration
+from daemon.foundation.durations import shown_duration
+from daemon.foundation.words import plural
 from daemon.store import removals
 from daemon.store.postgres.db import Connection, jsonb
 from daemon.store.records import Outcome, State, decoded
@@ -51,7 +52,6 @@ from daemon.store.removals import (
     RemovalResult,
     shown,
 )
-from daemon.words import plural
 
 # The advisory lock under which the removals of the last hour are counted against the
 # cap and an intent recorded: "removals" in ASCII (schema.MIGRATION_LOCK is another).

@@ -1,6 +1,6 @@
 """The notifications' statements over the PostgreSQL store: the outbox of the notify action.
 
-The same outbox as the SQLite store's (see `daemon.store.sqlite_notify` for why it is
+The same outbox as the SQLite store's (see `daemon.store.sqlite.notify` for why it is
 made so): queued by `settle` in the decision's own transaction (`enqueue`), one row per
 (dlqId, rule), each attempt counted before it goes out (`begin_attempt`). Rows go with
 their dlqId by the foreign key's ON DELETE CASCADE (SQLite has a trigger), and a pending

@@ -2,7 +2,7 @@
 
 Async functions of a connection, run by `PostgresStore` inside a transaction (`_write`)
 or outside one (`_run`, autocommit reads). The semantics are the SQLite store's
-(`daemon.store.sqlite_pipeline`, and `records.py` for the states); what differs is what
+(`daemon.store.sqlite.pipeline`, and `records.py` for the states); what differs is what
 several replicas sharing one database need, at READ COMMITTED:
 
 * claim skips the rows another replica is claiming (`FOR UPDATE SKIP LOCKED`), so that

@@ -1,6 +1,6 @@
 """Token rotations over the PostgreSQL store: each one recorded before its reset is called.
 
-The same records as the SQLite store's (see `daemon.store.sqlite_rotations`). What
+The same records as the SQLite store's (see `daemon.store.sqlite.rotations`). What
 keeps two rotations from running at once is the unique index `rotations_under_way`
 (schema.py), not a read before the insert: two replicas could both read that none is
 under way, and both begin one.

@@ -1,7 +1,7 @@
 """Sweep runs over the PostgreSQL store: each run, and each page of it, recorded before its
 call goes out and settled after (see `sweep_records.py` for the states).
 
-The same records as the SQLite store's (`daemon.store.sqlite_sweeps`). The unique index
+The same records as the SQLite store's (`daemon.store.sqlite.sweeps`). The unique index
 `sweep_runs_under_way` (schema.py) keeps one run of a sweep under way at a time, whichever
 replica begins it; a run's pages go with it (ON DELETE CASCADE). Only the latest
 `KEEP_RUNS` runs of each sweep are kept: older ones go when a run finishes.
