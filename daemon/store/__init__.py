@@ -1,7 +1,8 @@
 """Where callbacks are kept until they are handled: the interface every store implements.
 
 SQLite (`sqlite/`) is the embedded default; PostgreSQL (`postgres/`) implements the
-same interface so that several replicas can share one database.
+same interface so that several replicas can share one database. What both do the same
+way is written once, in facade.py; the values both build are in records.py.
 """
 
 from __future__ import annotations

@@ -19,13 +19,11 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from daemon.foundation.urls import without_credentials
 from daemon.foundation.words import counted, plural
-
-if TYPE_CHECKING:  # records.py imports this module
-    from daemon.store.records import State
+from daemon.store.records import State
 
 RemovalState = Literal[
     "pending", "removing", "removed", "gone", "kept_last", "capped", "read_failed", "failed"
@@ -62,21 +60,6 @@ LISTED_COLUMNS = (
     "created_at, intended_at, finished_at, restore_state, restore_reason, restored_at, "
     "updated_at"
 )
-
-
-@dataclass(frozen=True)
-class EndpointFailure:
-    """One failed delivery to an endpoint of a URL Group, as its DLQ message tells it, and
-    the rule that counts it. `endpoint` is how it is known: its name, else its url."""
-
-    url_group: str
-    endpoint: str
-    name: str | None
-    url: str | None
-    response_status: int | None
-    failures: int  # the rule's threshold
-    within: float  # seconds
-    keep_last: bool
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,30 @@ PageOutcome = Literal["sending", "done", "listed", "refused", "unknown"]
 
 
 @dataclass(frozen=True)
+class RunStart:
+    """A sweep's run as `Store.begin_sweep_run` records it: the filter with its dates
+    resolved, what the run does, and its cap."""
+
+    action: str
+    dry_run: bool
+    filter: dict[str, Any]
+    overrides: dict[str, Any] | None
+    max_per_run: int
+    now: float
+
+
+@dataclass(frozen=True)
+class PageEnd:
+    """What a page's call came to, as `Store.settle_sweep_page` takes it."""
+
+    outcome: PageOutcome
+    now: float
+    items: Sequence[dict[str, Any]] = ()
+    next_cursor: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class SweepPage:
     """One call of a run: a bulk call by filter, or for a dry run a page of the listing."""
 

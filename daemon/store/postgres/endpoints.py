@@ -37,7 +37,7 @@ from daemon.foundation.durations import shown_duration
 from daemon.foundation.words import plural
 from daemon.store import removals
 from daemon.store.postgres.db import Connection, jsonb
-from daemon.store.records import Outcome, State, decoded
+from daemon.store.records import EndpointFailure, Outcome, State, decoded
 from daemon.store.removals import (
     COLUMNS,
     COUNTED_SQL,
@@ -46,7 +46,6 @@ from daemon.store.removals import (
     LISTED_COLUMNS,
     OPEN,
     OPEN_SQL,
-    EndpointFailure,
     Evidence,
     Removal,
     RemovalResult,

@@ -20,22 +20,8 @@ from typing import Any, TypeVar
 import structlog
 
 from daemon.store import Added, Callback, StoreMissing, StoreUnavailable, Unshared
-from daemon.store.group_commit import GroupCommit
-from daemon.store.records import (
-    BatchRecord,
-    Claimed,
-    LearnedRate,
-    NotificationJob,
-    NotificationResult,
-    Outcome,
-    Pending,
-    Replica,
-    Rotation,
-    RotationResult,
-    Settled,
-    check_final,
-)
-from daemon.store.removals import Removal, RemovalResult
+from daemon.store.facade import Facade
+from daemon.store.records import Replica, dedup_key
 from daemon.store.sqlite import endpoints as endpoints
 from daemon.store.sqlite import health as health
 from daemon.store.sqlite import lineage as lineage
@@ -45,7 +31,6 @@ from daemon.store.sqlite import rate as rate
 from daemon.store.sqlite import retention as retention
 from daemon.store.sqlite import rotations as rotations
 from daemon.store.sqlite import sweeps as sweeps
-from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
 
 T = TypeVar("T")
 # At most 5 parameters a row: 995 stays under the 999 that SQLite before 3.32 allows.
@@ -82,36 +67,25 @@ MIGRATIONS = (
 )
 
 
-class SQLiteStore:
+class SQLiteStore(Facade):
     """The Store of daemon.store over one SQLite file. Open it with `SQLiteStore.open`."""
 
     shared = False
+    _pipeline, _notify, _retention, _rotations = pipeline, notify, retention, rotations
+    _rate, _sweeps, _endpoints = rate, sweeps, endpoints
 
     def __init__(
         self,
         connection: sqlite3.Connection,
         executor: ThreadPoolExecutor,
         path: Path,
-        *,
-        observe_commit: Callable[[int], None] | None,
-        max_pending: int,
-        commit_timeout: float,
-        read_timeout: float,
+        **options: Any,
     ) -> None:
         self._connection = connection
         self._executor = executor
         self._path = path
-        self._commit_timeout = commit_timeout
-        self._read_timeout = read_timeout
         self._health = health.Health(path)
-        self._callbacks = GroupCommit(
-            self._insert_on_thread,
-            failed=self._commit_failed,
-            committed=self._committed,
-            observe_commit=observe_commit,
-            max_pending=max_pending,
-            commit_timeout=commit_timeout,
-        )
+        super().__init__(**options)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -167,40 +141,17 @@ class SQLiteStore:
             read_timeout=read_timeout,
         )
         store._health.remember_files()
-        store._callbacks.start()
-        watcher = asyncio.create_task(store._watch(health_interval), name="recoveryd-sqlite-health")
-        try:
+        async with store._running(health_interval, "recoveryd-sqlite-health"):
             yield store
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            finished = await store._callbacks.close()
-            # Closed on its own thread, after any work still queued there: at once after
-            # the last commit, or once a hung one ends (the shutdown does not wait for it).
-            # Never left to the garbage collector, which Python 3.13 warns of.
-            closed = executor.submit(connection.close)
-            if finished:
-                await asyncio.wrap_future(closed)
-            executor.shutdown(wait=False)
 
-    def add_callback(self, callback: Callback) -> asyncio.Future[Added]:
-        if not self._callbacks.closing and (problems := self._health.problems()):
-            # Refused, not queued: the commit would fail or land in a file that is gone.
-            raise StoreUnavailable("; ".join(problems))
-        return self._callbacks.add(callback)
-
-    async def get_callback(self, dlq_id: str) -> Callback | None:
-        row = await self._run(
-            lambda c: c.execute(
-                "SELECT dlq_id, body, received_at, verified FROM callbacks WHERE dlq_id = ?",
-                (dlq_id,),
-            ).fetchone()
-        )
-        return None if row is None else Callback(row[0], bytes(row[1]), row[2], bool(row[3]))
-
-    async def inbox_depth(self) -> int:
-        return await self._run(pipeline.inbox_depth)
+    async def _close(self, *, finished: bool) -> None:
+        # Closed on its own thread, after any work still queued there: at once after the
+        # last commit, or once a hung one ends (the shutdown does not wait for it). Never
+        # left to the garbage collector, which Python 3.13 warns of.
+        closed = self._executor.submit(self._connection.close)
+        if finished:
+            await asyncio.wrap_future(closed)
+        self._executor.shutdown(wait=False)
 
     async def ping(self) -> None:
         if problems := self._health.problems():
@@ -224,75 +175,6 @@ class SQLiteStore:
 
         return await asyncio.to_thread(size)
 
-    # -- the pipeline's states (sqlite/pipeline.py has the statements) ---------------
-
-    async def claim(
-        self, owner: str, limit: int, lease: float, now: float, *, bodies: bool = False
-    ) -> list[Claimed]:
-        return await self._write(lambda c: pipeline.claim(c, owner, limit, lease, now, bodies))
-
-    async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
-        return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
-
-    async def retry_now(self, now: float, limit: int | None = None) -> int:
-        return await self._write(lambda c: pipeline.retry_now(c, now, limit))
-
-    # An SQLite store serves one daemon: `owner` has no other replica to be told from.
-
-    async def pending(self, owner: str | None = None) -> list[Pending]:
-        return await self._run(pipeline.pending)
-
-    async def open_batch(
-        self, action: str, overrides: str, dlq_ids: list[str], now: float, owner: str | None = None
-    ) -> BatchRecord | None:
-        return await self._write(lambda c: pipeline.open_batch(c, action, overrides, dlq_ids, now))
-
-    async def mark_sending(self, batch_id: int, now: float, owner: str | None = None) -> bool:
-        return await self._write(lambda c: pipeline.mark_sending(c, batch_id, now))
-
-    async def settle_batch(
-        self,
-        batch_id: int,
-        *,
-        done: Sequence[str] = (),
-        again: Sequence[str] = (),
-        failed: Sequence[str] = (),
-        gone: Sequence[str] = (),
-        reason: str | None = None,
-        runs: Sequence[dict[str, Any]] = (),
-        calls: Sequence[dict[str, Any]] = (),
-        sent: bool,
-        now: float,
-    ) -> Settled:
-        def settle(connection: sqlite3.Connection) -> Settled:
-            return pipeline.settle_batch(
-                connection, batch_id, done=done, again=again, failed=failed, gone=gone,
-                reason=reason, runs=runs, calls=calls, sent=sent, now=now,
-            )  # fmt: skip
-
-        return await self._write(settle)
-
-    async def unsettled_batches(self, owner: str | None = None) -> list[BatchRecord]:
-        return await self._run(pipeline.unsettled_batches)
-
-    async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
-        return []
-
-    async def leave(self, replica: str) -> None:
-        return None
-
-    async def replicas(self, now: float) -> list[Replica]:
-        return []
-
-    def singleton_lock(self, replica: str | None = None) -> Unshared:
-        return Unshared()
-
-    async def singleton_holder(self) -> str | None:
-        return None
-
-    async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
-        return await self._run(lambda c: pipeline.sends(c, dlq_ids))
-
     async def record(self, dlq_id: str) -> dict[str, Any] | None:
         def read(connection: sqlite3.Connection) -> dict[str, Any] | None:
             found = pipeline.record(connection, dlq_id)
@@ -309,235 +191,27 @@ class SQLiteStore:
 
         return await self._run(read)
 
-    async def redrive(
-        self,
-        *,
-        states: Sequence[str] = ("failed",),
-        rule: str | None = None,
-        since: float | None = None,
-        now: float,
-        apply: bool,
-    ) -> list[str]:
-        check_final(states)  # ValueError now, not from the store's thread
-        work = lambda c: pipeline.redrive(c, states, rule, since, now, apply)  # noqa: E731
-        return await (self._write(work) if apply else self._run(work))
+    # An SQLite store serves one daemon: no other replica to tell it from, or to share with.
 
-    # -- notifications (sqlite/notify.py) --------------------------------------------
+    async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
+        return []
 
-    async def due_notifications(
-        self, now: float, limit: int, skip_receivers: Sequence[str] = ()
-    ) -> list[NotificationJob]:
-        return await self._run(lambda c: notify.due(c, now, limit, skip_receivers))
+    async def leave(self, replica: str) -> None:
+        return None
 
-    async def begin_notification_attempt(
-        self, notification_id: int, now: float, retry_at: float
-    ) -> int | None:
-        return await self._write(lambda c: notify.begin_attempt(c, notification_id, now, retry_at))
+    async def replicas(self, now: float) -> list[Replica]:
+        return []
 
-    async def finish_notification_attempt(
-        self,
-        notification_id: int,
-        result: NotificationResult,
-        *,
-        status: int | None,
-        reason: str,
-        next_at: float | None,
-        now: float,
-    ) -> bool:
-        def finish(connection: sqlite3.Connection) -> bool:
-            return notify.finish_attempt(
-                connection, notification_id, result, status=status, reason=reason,
-                next_at=next_at, now=now,
-            )  # fmt: skip
+    def singleton_lock(self, replica: str | None = None) -> Unshared:
+        return Unshared()
 
-        return await self._write(finish)
+    async def singleton_holder(self) -> str | None:
+        return None
 
-    # -- retention (sqlite/retention.py) ---------------------------------------------
+    async def _read(self, work: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        return await self._run(lambda c: work(c, *args, **kwargs))
 
-    async def prune(self, *, before: float, now: float, dedup_for: float, chunk: int = 200) -> int:
-        """Delete the records final since before `before` (and the batches of none but
-        them), `chunk` to a transaction so that a commit of callbacks waits for one chunk
-        at most, keeping a key of each for `dedup_for` seconds; forget the keys kept long
-        enough. How many records were deleted."""
-        until = now + dedup_for
-        pruned = 0
-        while True:
-            # Each chunk is one job for the thread: what queued meanwhile (a commit of
-            # callbacks) runs before the next one.
-            deleted = await self._write(
-                lambda c: retention.prune_chunk(c, before=before, until=until, chunk=chunk)
-            )
-            pruned += deleted
-            await self._run(retention.release_space, seconds=self._commit_timeout)
-            if deleted < chunk:
-                break
-        while await self._write(lambda c: retention.expire_chunk(c, now=now, chunk=chunk)):
-            pass
-        await self._run(retention.checkpoint, seconds=self._commit_timeout)
-        return pruned
-
-    # -- token rotations (sqlite/rotations.py) ---------------------------------------
-
-    async def begin_rotation(self, now: float) -> int | None:
-        return await self._write(lambda c: rotations.begin(c, now))
-
-    async def finish_rotation(
-        self, rotation_id: int, result: RotationResult, reason: str | None, now: float
-    ) -> None:
-        await self._write(lambda c: rotations.finish(c, rotation_id, result, reason, now))
-
-    async def resolve_lockout(self, now: float) -> None:
-        await self._write(lambda c: rotations.resolve_lockout(c, now))
-
-    async def unless_rotating(self, write: Callable[[], None]) -> bool:
-        # On the store's thread, inside its write lock: another process's rotation waits.
-        return await self._write(lambda c: rotations.unless_rotating(c, write))
-
-    async def latest_rotation(self) -> Rotation | None:
-        return await self._run(rotations.latest)
-
-    async def last_rotation_success(self) -> float | None:
-        return await self._run(rotations.last_success_at)
-
-    async def last_rotation_failure(self) -> float | None:
-        return await self._run(rotations.last_failure_at)
-
-    # -- the account's learned rate limit (sqlite/rate.py) ---------------------------
-
-    async def learned_rate(self) -> LearnedRate | None:
-        return await self._run(rate.load)
-
-    async def save_learned_rate(self, learned: LearnedRate) -> None:
-        await self._write(lambda c: rate.save(c, learned))
-
-    # -- sweep runs (sqlite/sweeps.py) -------------------------------------------------
-
-    async def begin_sweep_run(
-        self,
-        sweep: str,
-        *,
-        action: str,
-        dry_run: bool,
-        filter: dict[str, Any],
-        overrides: dict[str, Any] | None,
-        max_per_run: int,
-        now: float,
-    ) -> int | None:
-        def begin(connection: sqlite3.Connection) -> int | None:
-            return sweeps.begin_run(
-                connection, sweep, action=action, dry_run=dry_run, filter=filter,
-                overrides=overrides, max_per_run=max_per_run, now=now,
-            )  # fmt: skip
-
-        return await self._write(begin)
-
-    async def begin_sweep_page(
-        self, run_id: int, page: int, *, count: int, cursor: str | None, now: float
-    ) -> None:
-        await self._write(
-            lambda c: sweeps.begin_page(c, run_id, page, count=count, cursor=cursor, now=now)
-        )
-
-    async def settle_sweep_page(
-        self,
-        run_id: int,
-        page: int,
-        *,
-        outcome: PageOutcome,
-        items: Sequence[dict[str, Any]] = (),
-        next_cursor: str | None = None,
-        error: str | None = None,
-        now: float,
-    ) -> None:
-        def settle(connection: sqlite3.Connection) -> None:
-            sweeps.settle_page(
-                connection, run_id, page, outcome=outcome, items=items,
-                next_cursor=next_cursor, error=error, now=now,
-            )  # fmt: skip
-
-        await self._write(settle)
-
-    async def finish_sweep_run(
-        self, run_id: int, result: SweepResult, error: str | None, now: float
-    ) -> None:
-        await self._write(lambda c: sweeps.finish_run(c, run_id, result, error, now))
-
-    async def close_interrupted_sweep_runs(
-        self, now: float, sweep: str | None = None
-    ) -> list[SweepRun]:
-        return await self._write(lambda c: sweeps.close_interrupted(c, now, sweep))
-
-    async def sweep_runs(self, sweep: str, limit: int) -> list[SweepRun]:
-        return await self._run(lambda c: sweeps.runs(c, sweep, limit))
-
-    async def last_sweep_successes(self) -> dict[str, float]:
-        return await self._run(sweeps.last_successes)
-
-    # -- endpoint removals (sqlite/endpoints.py; failures are counted by settle) ------
-
-    async def removals_due(self, now: float) -> list[Removal]:
-        return await self._run(lambda c: endpoints.due(c, now))
-
-    async def defer_removal(
-        self,
-        removal_id: int,
-        *,
-        reason: str,
-        retry_at: float,
-        tried: bool = True,
-        calls: Sequence[dict[str, Any]],
-        now: float,
-    ) -> None:
-        await self._write(lambda c: endpoints.defer(
-            c, removal_id, reason=reason, retry_at=retry_at, tried=tried, calls=calls,
-            now=now))  # fmt: skip
-
-    async def intend_removal(
-        self,
-        removal_id: int,
-        *,
-        name: str | None,
-        url: str | None,
-        max_per_hour: int,
-        calls: Sequence[dict[str, Any]],
-        now: float,
-    ) -> Removal | None:
-        return await self._write(lambda c: endpoints.intend(
-            c, removal_id, name=name, url=url, max_per_hour=max_per_hour, calls=calls,
-            now=now))  # fmt: skip
-
-    async def finish_removal(
-        self,
-        removal_id: int,
-        result: RemovalResult,
-        reason: str,
-        *,
-        calls: Sequence[dict[str, Any]],
-        now: float,
-    ) -> bool:
-        return await self._write(
-            lambda c: endpoints.finish(c, removal_id, result, reason, calls=calls, now=now)
-        )
-
-    async def removals(self, group: str | None = None) -> list[dict[str, Any]]:
-        return await self._run(lambda c: endpoints.listed(c, group))
-
-    async def begin_restore(self, group: str, name: str, now: float) -> Removal:
-        return await self._write(lambda c: endpoints.begin_restore(c, group, name, now))
-
-    async def finish_restore(
-        self,
-        removal_id: int,
-        *,
-        restored: bool,
-        reason: str,
-        calls: Sequence[dict[str, Any]],
-        now: float,
-    ) -> None:
-        await self._write(lambda c: endpoints.finish_restore(
-            c, removal_id, restored=restored, reason=reason, calls=calls, now=now))  # fmt: skip
-
-    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, work: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """`work` in one transaction, on the store's thread, within commit_timeout.
         Refused while the files are deleted or replaced: the write would land in a file
         nothing opens again, and the pipeline must not act on what it cannot record."""
@@ -546,9 +220,19 @@ class SQLiteStore:
 
         def transaction(connection: sqlite3.Connection) -> T:
             with _transaction(connection):
-                return work(connection)
+                return work(connection, *args, **kwargs)
 
         return await self._run(transaction, seconds=self._commit_timeout)
+
+    # One daemon has the store: there is no replica gone whose work to take over.
+    _adopting = _read
+
+    async def _pruned_chunk(self) -> None:
+        # The pages freed go back to the file system, a chunk at a time.
+        await self._run(retention.release_space, seconds=self._commit_timeout)
+
+    async def _pruned(self) -> None:
+        await self._run(retention.checkpoint, seconds=self._commit_timeout)
 
     async def _run(
         self, query: Callable[[sqlite3.Connection], T], *, seconds: float | None = None
@@ -581,9 +265,9 @@ class SQLiteStore:
             except Exception as exc:  # the watch must go on, whatever one round hit
                 self._health.failed(exc, what="store health check failed")
 
-    async def _insert_on_thread(self, callbacks: list[Callback]) -> list[Added]:
+    async def _insert(self, callbacks: list[Callback]) -> list[Added]:
         return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._insert, callbacks
+            self._executor, self._insert_now, callbacks
         )
 
     def _commit_failed(self, exc: Exception) -> StoreUnavailable:
@@ -599,7 +283,7 @@ class SQLiteStore:
         if "accepted" in outcomes:
             self._health.wrote()
 
-    def _insert(self, callbacks: list[Callback]) -> list[Added]:
+    def _insert_now(self, callbacks: list[Callback]) -> list[Added]:
         """Commit a batch (runs on the store's thread); for each callback, whether it
         was new. A dlqId pruned by retention is a duplicate too, and so is one repeated
         within the batch.
@@ -643,7 +327,7 @@ def insert_new_callbacks(connection: sqlite3.Connection, rows: Sequence[Callback
             field
             for row in rows
             for field in (
-                row.dlq_id, row.body, row.received_at, row.verified, retention.dedup_key(row.dlq_id)
+                row.dlq_id, row.body, row.received_at, row.verified, dedup_key(row.dlq_id)
             )
         ],
     )  # fmt: skip

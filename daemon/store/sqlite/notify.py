@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from daemon.store.records import Notice, NotificationJob, NotificationResult
+from daemon.store.records import AttemptEnd, Notice, NotificationJob, NotificationResult
 
 # One migration (see sqlite.MIGRATIONS).
 SCHEMA = """
@@ -111,19 +111,11 @@ def begin_attempt(
     return None if row is None else int(row[0])
 
 
-def finish_attempt(
-    connection: sqlite3.Connection,
-    notification_id: int,
-    result: NotificationResult,
-    *,
-    status: int | None,
-    reason: str,
-    next_at: float | None,
-    now: float,
-) -> bool:
+def finish_attempt(connection: sqlite3.Connection, notification_id: int, end: AttemptEnd) -> bool:
     """Record an attempt's outcome: `sent`, `failed`, or `retry` at `next_at`. When the
     notification ends, its dlqId's record says so: a dlqId its notify rule decided ends
     `failed` with the reason if it cannot be delivered (True then)."""
+    result, status, reason, next_at, now = end.result, end.status, end.reason, end.next_at, end.now
     if result == "retry":
         connection.execute(
             "UPDATE notifications SET last_status = ?, reason = ?, next_at = ? "

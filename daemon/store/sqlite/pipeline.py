@@ -15,6 +15,7 @@ from daemon.store import records
 from daemon.store.records import (
     STATES,
     UNFINISHED,
+    BatchEnd,
     BatchRecord,
     Claimed,
     Outcome,
@@ -249,7 +250,8 @@ def _calls(connection: sqlite3.Connection, dlq_id: str) -> list[Any]:
     return list(json.loads(row[0])) if row else []
 
 
-def pending(connection: sqlite3.Connection) -> list[Pending]:
+def pending(connection: sqlite3.Connection, owner: str | None = None) -> list[Pending]:
+    """The decided dlqIds, oldest first (`owner`: one daemon has the store, all are its)."""
     rows = connection.execute(
         "SELECT dlq_id, action, overrides, rule, decided_at FROM callbacks "
         "WHERE state = 'decided' ORDER BY decided_at, dlq_id"
@@ -263,6 +265,7 @@ def open_batch(
     overrides: str,
     dlq_ids: Sequence[str],
     now: float,
+    owner: str | None = None,  # one daemon has the store: every batch is its own
 ) -> BatchRecord | None:
     """Persist a batch of those of `dlq_ids` still decided (a dlqId is in one batch at a
     time); None when none is. Not a send yet: see `mark_sending` and `settle_batch`."""
@@ -294,7 +297,9 @@ def open_batch(
     return BatchRecord(batch_id, action, overrides, tuple(ordered), now)
 
 
-def mark_sending(connection: sqlite3.Connection, batch_id: int, now: float) -> bool:
+def mark_sending(
+    connection: sqlite3.Connection, batch_id: int, now: float, owner: str | None = None
+) -> bool:
     """The batch's call is about to go out: from now on it may reach the service, so a
     crash leaves a batch to be checked, not simply queued again. False when the batch
     is settled: its call must not go out."""
@@ -305,26 +310,15 @@ def mark_sending(connection: sqlite3.Connection, batch_id: int, now: float) -> b
     return cursor.rowcount > 0
 
 
-def settle_batch(
-    connection: sqlite3.Connection,
-    batch_id: int,
-    *,
-    done: Iterable[str] = (),
-    again: Iterable[str] = (),
-    failed: Iterable[str] = (),
-    gone: Iterable[str] = (),
-    reason: str | None = None,
-    runs: Sequence[dict[str, Any]] = (),
-    calls: Sequence[dict[str, Any]] = (),
-    sent: bool,
-    now: float,
-) -> Settled:
+def settle_batch(connection: sqlite3.Connection, batch_id: int, end: BatchEnd) -> Settled:
     """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
     batch), or `failed` or `gone` with `reason`; returns those decided again, with their
     rules, and those it made failed. `sent`: the call may have reached the service, and
     counts as a send for every dlqId of the batch; False when it was refused before the
     service acted or never made. A batch already settled is left as it is (its dlqIds
     may be in another batch now)."""
+    done, again, failed, gone, reason = end.done, end.again, end.failed, end.gone, end.reason
+    runs, calls, sent, now = end.runs, end.calls, end.sent, end.now
     found = connection.execute(
         "SELECT state, dlq_ids FROM batches WHERE id = ?", (batch_id,)
     ).fetchone()
@@ -386,7 +380,9 @@ def _decided(connection: sqlite3.Connection, dlq_ids: Iterable[str]) -> list[Pen
     return [records.pending_from(row) for row in rows]
 
 
-def unsettled_batches(connection: sqlite3.Connection) -> list[BatchRecord]:
+def unsettled_batches(
+    connection: sqlite3.Connection, owner: str | None = None
+) -> list[BatchRecord]:
     rows = connection.execute(
         "SELECT id, action, overrides, dlq_ids, created_at, sent_at FROM batches "
         "WHERE state = 'pending' ORDER BY id"
@@ -424,6 +420,14 @@ def record(connection: sqlite3.Connection, dlq_id: str) -> dict[str, Any] | None
         if batch is not None:  # a batch whose dlqIds were all pruned is pruned with them
             batches.append(records.batch_json(batch, json.loads))
     return records.record_json(found, batches, json.loads)
+
+
+def callback(connection: sqlite3.Connection, dlq_id: str) -> tuple[Any, ...] | None:
+    """The stored callback's row: dlqId, body, received_at, verified."""
+    row: tuple[Any, ...] | None = connection.execute(
+        "SELECT dlq_id, body, received_at, verified FROM callbacks WHERE dlq_id = ?", (dlq_id,)
+    ).fetchone()
+    return row
 
 
 def inbox_depth(connection: sqlite3.Connection) -> int:

@@ -22,12 +22,11 @@ The caller keeps the keys `dedup_for` seconds: max(the account's DLQ retention, 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable
 
-from daemon.store.records import FINAL
+from daemon.store.records import FINAL, dedup_key
 from daemon.store.sqlite import lineage as lineage
 from daemon.store.sqlite import notify as notify
 
@@ -38,11 +37,6 @@ SCHEMA = """
 """
 
 _FINAL = ", ".join(f"'{state}'" for state in sorted(FINAL))  # literals: the index is used
-
-
-def dedup_key(dlq_id: str) -> int:
-    """The pruned dlqId's key: sha256's first 8 bytes as a signed 64-bit integer."""
-    return int.from_bytes(hashlib.sha256(dlq_id.encode()).digest()[:8], "big", signed=True)
 
 
 def prune_chunk(connection: sqlite3.Connection, *, before: float, until: float, chunk: int) -> int:

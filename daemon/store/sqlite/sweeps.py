@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
 from daemon.store.sweep_records import (
@@ -18,7 +17,8 @@ from daemon.store.sweep_records import (
     LOST_ANSWER,
     PAGE_COLUMNS,
     RUN_COLUMNS,
-    PageOutcome,
+    PageEnd,
+    RunStart,
     SweepResult,
     SweepRun,
     interrupted_error,
@@ -62,18 +62,10 @@ SCHEMA = """
 """
 
 
-def begin_run(
-    connection: sqlite3.Connection,
-    sweep: str,
-    *,
-    action: str,
-    dry_run: bool,
-    filter: dict[str, Any],
-    overrides: dict[str, Any] | None,
-    max_per_run: int,
-    now: float,
-) -> int | None:
+def begin_run(connection: sqlite3.Connection, sweep: str, run: RunStart) -> int | None:
     """Record a run of `sweep` under way; None when one already is."""
+    action, dry_run, filter, overrides = run.action, run.dry_run, run.filter, run.overrides
+    max_per_run, now = run.max_per_run, run.now
     if connection.execute(
         "SELECT 1 FROM sweep_runs WHERE sweep = ? AND result IS NULL", (sweep,)
     ).fetchone():
@@ -105,19 +97,11 @@ def begin_page(
     )
 
 
-def settle_page(
-    connection: sqlite3.Connection,
-    run_id: int,
-    page: int,
-    *,
-    outcome: PageOutcome,
-    items: Sequence[dict[str, Any]],
-    next_cursor: str | None,
-    error: str | None,
-    now: float,
-) -> None:
+def settle_page(connection: sqlite3.Connection, run_id: int, page: int, end: PageEnd) -> None:
     """What the page's call came to, and the run's totals with it (a no-op for a page
     already settled)."""
+    outcome, items, now = end.outcome, end.items, end.now
+    next_cursor, error = end.next_cursor, end.error
     changed = connection.execute(
         "UPDATE sweep_pages SET outcome = ?, items = ?, next_cursor = ?, error = ?, "
         "answered_at = ? WHERE run_id = ? AND page = ? AND outcome = 'sending'",
@@ -169,10 +153,8 @@ def close_interrupted(
         ).fetchone()
         error = interrupted_error(run, sending)
         if sending is not None:
-            settle_page(
-                connection, run.id, sending[0], outcome="unknown", items=(), next_cursor=None,
-                error=LOST_ANSWER, now=now,
-            )  # fmt: skip
+            lost = PageEnd("unknown", now, error=LOST_ANSWER)
+            settle_page(connection, run.id, sending[0], lost)
         finish_run(connection, run.id, "interrupted", error, now)
         closed.append(_with_pages(connection, _select_run(connection, run.id)))
     return closed
