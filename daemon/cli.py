@@ -1,4 +1,4 @@
-"""The `recoveryd` command line (PRODUCT.md section 1)."""
+"""The `recoveryd` command line (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The daemon's settings, read once from `RECOVERYD_*` environment variables (PRODUCT.md §3).
+"""The daemon's settings, read once from `RECOVERYD_*` environment variables (docs/settings.md).
 
 A bad setting stops the start with one line naming the variable. Secrets are `SecretStr`
 and never echoed back, not even in an error about their own value.
@@ -178,7 +178,7 @@ def _postgres_url(value: str) -> str:
 
 
 class Settings(BaseModel):
-    """Everything `recoveryd serve` is configured with; see PRODUCT.md section 3."""
+    """Everything `recoveryd serve` is configured with; see docs/settings.md."""
 
     # Field names are the variables' names without the prefix, so errors map back exactly.
     model_config = ConfigDict(frozen=True, extra="forbid")

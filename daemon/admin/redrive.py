@@ -1,10 +1,10 @@
 """Redrive: put final dlqIds back into the pipeline (`recoveryd redrive`, `POST /api/v1/redrive`).
 
-A dlqId ends `failed` only when the service said something final about it (PRODUCT.md
-§1); once the cause is fixed (a rule, the workflow's code), the operator sends it
-through again. The filter is the same for the command and the admin API. The command
-asks a running daemon first, so that its fetch workers pick the dlqIds up at once, and
-works on the store itself only when no daemon answers.
+A dlqId ends `failed` only when the service said something final about it
+(docs/pipeline.md#states); once the cause is fixed (a rule, the workflow's code), the
+operator sends it through again. The filter is the same for the command and the admin
+API. The command asks a running daemon first, so that its fetch workers pick the dlqIds
+up at once, and works on the store itself only when no daemon answers.
 """
 
 from __future__ import annotations

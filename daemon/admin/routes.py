@@ -1,4 +1,4 @@
-"""The admin listener (PRODUCT.md §2): metrics, rules reload, and the /api/v1 records.
+"""The admin listener (docs/api.md#admin-listener): metrics, rules reload, and the /api/v1 records.
 
 Never exposed publicly: it reports on, and changes, the running daemon (it can rotate the
 account token and reload the rules). With RECOVERYD_ADMIN_TOKEN set, every path but the

@@ -16,7 +16,7 @@ from daemon.store import StoreUnavailable
 
 
 async def json_http_error(request: Request, exc: Exception) -> Response:
-    """`{"error": ...}` instead of Starlette's plain-text 404 and 405 (PRODUCT.md §2)."""
+    """`{"error": ...}` instead of Starlette's plain-text 404 and 405 (docs/api.md)."""
     assert isinstance(exc, HTTPException)
     return JSONResponse({"error": exc.detail}, exc.status_code, headers=exc.headers)
 
@@ -32,7 +32,7 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
 
 
 class Error(BaseModel):
-    """Every error body (PRODUCT.md §2), as the OpenAPI documents publish it."""
+    """Every error body (docs/api.md), as the OpenAPI documents publish it."""
 
     # Some errors say more: the reload's `problems`, `/readyz`'s `reasons`, a rotation.
     model_config = ConfigDict(extra="allow")

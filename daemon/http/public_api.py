@@ -64,8 +64,8 @@ _HEADERS = _nullable(
     }
 )
 
-# The failure callback (PRODUCT.md §2.1) as ingest/callback.py parses it: only `dlqId` is
-# required, and unknown fields are kept.
+# The failure callback (docs/api.md#post-callbacks) as ingest/callback.py parses it: only
+# `dlqId` is required, and unknown fields are kept.
 CALLBACK: dict[str, Any] = {
     "type": "object",
     "required": ["dlqId"],

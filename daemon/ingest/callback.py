@@ -1,4 +1,4 @@
-"""Parse a failure callback's body (PRODUCT.md §2.1): pure, no I/O."""
+"""Parse a failure callback's body (docs/api.md#post-callbacks): pure, no I/O."""
 
 from __future__ import annotations
 

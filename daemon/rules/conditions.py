@@ -1,4 +1,4 @@
-"""A rule's `match` compiled into one predicate over a message's facts (PRODUCT.md 4.2).
+"""A rule's `match` compiled into one predicate over a message's facts (docs/rules.md#conditions).
 
 Compiling checks everything that can be checked before a message arrives: every field
 exists, every operator applies to its field's kind and its operand has the right type,

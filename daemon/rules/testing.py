@@ -1,4 +1,4 @@
-"""Rule unit tests (PRODUCT.md 4.6): a message in, the expected rule, action and headers.
+"""Rule unit tests (docs/rules.md#rule-tests): a message in, the expected rule, action and headers.
 
 A test file is checked like a rules file, every mistake with its line, and also against
 the rules it tests: expecting a rule that does not exist is a typo, not a failure.

@@ -4,7 +4,7 @@ A worker that dies of an exception nobody foresaw (a library error that escaped 
 translation, a bug) must not leave the daemon looking healthy while nothing is fetched
 or sent any more. The supervisor restarts it with backoff (never a hot loop), counts the
 crash in `recoveryd_task_crashes_total{task}`, and names the task as down in
-`/api/v1/status` until it runs again (STYLE.md 13, after Kubernetes' controllers). Not in
+`/api/v1/status` until it runs again (after Kubernetes' controllers). Not in
 readiness: no supervised task stores callbacks, and a replica that stops taking them
 because its fetch crashed would only lose the ones the service gives up on.
 """
