@@ -25,7 +25,7 @@ from daemon.admin.routes import admin_app
 from daemon.endpoints.api import removal_routes
 from daemon.endpoints.remover import Remover
 from daemon.http.errors import EXCEPTION_HANDLERS
-from daemon.http.listener import ListenerLimits, Refusal, limited_protocol
+from daemon.http.listener import Refusal, limited_protocol
 from daemon.http.public_api import document as public_openapi
 from daemon.http.public_api import openapi_route
 from daemon.ingest.protocol import callback_protocol
@@ -40,7 +40,7 @@ from daemon.runtime.leadership import Leadership
 from daemon.runtime.replicas import Heartbeat, LeaseFence, replica_id
 from daemon.runtime.retention import Retention
 from daemon.runtime.supervisor import Supervisor
-from daemon.settings import Settings
+from daemon.settings import ListenerLimits, Settings
 from daemon.store import Store, StoreUnavailable, open_store
 from daemon.sweeps import Sweeper, SweepRunner, SweepTiming, sweep_routes
 from daemon.upstream import BreakerPolicy, RetryPolicy, ServiceClient
