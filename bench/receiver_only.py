@@ -26,12 +26,13 @@ from prometheus_client import CollectorRegistry
 
 from bench.baselines import bare_app
 from daemon.foundation.logs import configure_logging
-from daemon.http.listener import ListenerLimits, limited_protocol
+from daemon.http.listener import limited_protocol
 from daemon.http.serving import bind, serve_until_stopped
 from daemon.ingest.protocol import callback_protocol
 from daemon.ingest.receiver import CallbackReceiver, Receive, Scope, Send
 from daemon.ingest.signature import Verifier
 from daemon.metrics import Metrics
+from daemon.settings import ListenerLimits
 from daemon.store import Added, Callback
 
 

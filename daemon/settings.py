@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,7 +31,6 @@ from daemon.foundation.durations import parse_duration
 from daemon.foundation.schedule import parse_schedule
 from daemon.foundation.urls import credentials_hidden, http_url, without_credentials
 from daemon.foundation.variables import misspelt
-from daemon.http.listener import ListenerLimits
 from daemon.store import is_postgres
 
 PREFIX = "RECOVERYD_"
@@ -51,6 +51,19 @@ _SECRETS = frozenset(
 
 class SettingsError(ValueError):
     """Settings that stop the start; `str()` is what to print, a line a problem."""
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """What one connection may take; the settings of the same names (docs/settings.md),
+    enforced by the listeners (daemon/http/listener.py)."""
+
+    max_header_bytes: int = 16 * 1024
+    header_timeout: float = 10.0
+    keepalive_timeout: float = 120.0
+    body_timeout: float = 30.0
+    max_connections: int = 1024
+    max_requests_per_connection: int = 1000
 
 
 # Whether a setting is set (by name without the prefix), and whether the store is

@@ -44,7 +44,7 @@ async def rotate_now(settings: Settings, wait: float) -> str:
 
 
 async def _rotate_here(settings: Settings, wait: float) -> str:
-    from daemon.app import rotating_alone
+    from daemon.account.assembly import rotating_alone
 
     try:
         async with asyncio.timeout(wait), rotating_alone(settings) as rotator:

@@ -117,7 +117,7 @@ async def set_token(
     SetTokenError when it was not saved, or saved but the daemon did not take it up.
     Saved credentials that cannot be read are replaced only with `replace_unreadable`:
     a wrong key here would otherwise seal the row under a key no replica has."""
-    from daemon.app import vault_for
+    from daemon.account.assembly import vault_for
 
     try:
         async with open_store(settings.STORE, release_leases=False) as store:

@@ -114,7 +114,7 @@ async def restore_now(settings: Settings, group: str, name: str) -> dict[str, An
 async def _restore_here(settings: Settings, group: str, name: str) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
-    from daemon.app import account, initial_credentials, vault_for
+    from daemon.account.assembly import account, initial_credentials, vault_for
     from daemon.settings import SettingsError
     from daemon.store import open_store
 

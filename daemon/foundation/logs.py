@@ -8,12 +8,9 @@ import sys
 import time
 from collections.abc import Callable, MutableMapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import structlog
-
-if TYPE_CHECKING:
-    from daemon.settings import Settings
 
 _FOLDED_LEVELS = frozenset({"warning", "error", "critical"})
 
@@ -116,7 +113,19 @@ def configure_logging(fmt: Literal["json", "console"], level: int = logging.INFO
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
 
-def configure_command_logging(settings: Settings) -> None:
+class CommandSettings(Protocol):
+    """What a command's logging reads of its settings (daemon.settings.Settings): named
+    here, as the foundation uses no module of the daemon above it (pyproject.toml's
+    contracts)."""
+
+    @property
+    def LOG_FORMAT(self) -> Literal["json", "console"]: ...
+
+    @property
+    def model_fields_set(self) -> set[str]: ...
+
+
+def configure_command_logging(settings: CommandSettings) -> None:
     """Logs of a one-shot command (rotate-token, redrive): its answer is printed on stdout
     for a person, so its log goes to stderr, warnings and errors only, as console text.
     JSON only when RECOVERYD_LOG_FORMAT asks for it: the setting's default suits the

@@ -38,13 +38,14 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, cast
 
 import structlog
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
+
+from daemon.settings import ListenerLimits
 
 log = structlog.get_logger(__name__)
 
@@ -59,18 +60,6 @@ _STATUS_LINES = {
     431: b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
     503: b"HTTP/1.1 503 Service Unavailable\r\n",
 }
-
-
-@dataclass(frozen=True)
-class ListenerLimits:
-    """What one connection may take; the settings of the same names (docs/settings.md)."""
-
-    max_header_bytes: int = 16 * 1024
-    header_timeout: float = 10.0
-    keepalive_timeout: float = 120.0
-    body_timeout: float = 30.0
-    max_connections: int = 1024
-    max_requests_per_connection: int = 1000
 
 
 class _Throttle:

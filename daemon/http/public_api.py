@@ -18,8 +18,8 @@ from starlette.routing import Route
 
 from daemon import __version__
 from daemon.http.errors import Error, with_listener_refusals
-from daemon.ingest.callback import MAX_DLQ_ID_LENGTH
 from daemon.settings import Settings
+from daemon.upstream.models import MAX_DLQ_ID_LENGTH
 
 
 class Stored(BaseModel):

@@ -49,7 +49,7 @@ class SweepCommandError(Exception):
 async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[str], None]) -> None:
     """Print each entry sweep `name` would recover now, then how many; SweepCommandError
     when the rules, the sweep or the service cannot tell."""
-    from daemon.app import credentials_in_use
+    from daemon.account.assembly import credentials_in_use
 
     try:
         ruleset = load_rules(rules)

@@ -45,6 +45,11 @@ RETRY_DELAY_NAMES = frozenset(
 )
 
 
+# The longest DLQ id taken in a callback: the public listener refuses a longer one
+# (ingest/callback.py) and its OpenAPI document says so (http/public_api.py).
+MAX_DLQ_ID_LENGTH = 1024
+
+
 def usable_in_path(value: str) -> bool:
     """Whether an id or name can be a URL path segment: quoting leaves `.` and `..` alone,
     and URL normalisation would then walk up the path (`/v2/topics/..` is `/v2`)."""

@@ -20,12 +20,13 @@ from typing import Any
 import httpx
 from prometheus_client import CollectorRegistry
 
-from daemon.http.listener import ListenerLimits, limited_protocol
+from daemon.http.listener import limited_protocol
 from daemon.http.serving import serve
 from daemon.ingest.protocol import callback_protocol
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
 from daemon.metrics import Metrics
+from daemon.settings import ListenerLimits
 from daemon.store import Added, Callback
 from daemon.store.sqlite import SQLiteStore
 from tests.http.test_listener_limits import (
