@@ -1,4 +1,5 @@
-"""The daemon assembled: settings in, the public and admin ASGI apps out (STYLE.md §1)."""
+"""The daemon assembled, the one place the stages are wired (ARCHITECTURE.md): settings
+in, the public and admin ASGI apps out."""
 
 from __future__ import annotations
 

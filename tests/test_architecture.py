@@ -11,10 +11,6 @@ import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The circles inside daemon/store (records and removals; the package and its engines) are
-# undone by the store's own part of issue 37, which owns that package: drop this then.
-_LEFT_TO_THE_STORE = "daemon.store"
-
 
 def _circles(graph: grimp.ImportGraph) -> list[list[str]]:
     """Each set of two or more modules that import each other, directly or around a
@@ -27,14 +23,10 @@ def _circles(graph: grimp.ImportGraph) -> list[list[str]]:
     return sorted(sorted(circle) for circle in circles)
 
 
-def _store_only(circle: list[str]) -> bool:
-    return all(m == _LEFT_TO_THE_STORE or m.startswith(f"{_LEFT_TO_THE_STORE}.") for m in circle)
-
-
 def test_no_module_imports_one_that_imports_it_back() -> None:
     """No module in daemon/ imports, directly or through others, a module importing it."""
     graph = grimp.build_graph("daemon", cache_dir=None)
-    circles = [circle for circle in _circles(graph) if not _store_only(circle)]
+    circles = _circles(graph)
     shown = [
         " -> ".join(
             (graph.find_shortest_chain(first, second) or ())

@@ -20,8 +20,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from daemon.store import Added, Callback, StoreUnavailable, records
+from daemon.store import records
 from daemon.store.group_commit import GroupCommit
+from daemon.store.interface import Added, Callback, StoreUnavailable
 from daemon.store.removals import Removal, RemovalResult
 from daemon.store.sweep_records import PageEnd, RunStart, SweepResult, SweepRun
 

@@ -97,7 +97,7 @@ class Outcome:
     matched: tuple[str, ...] = ()
     overrides: str | None = None  # canonical JSON of the rule's overrides
     workflow_run_id: str | None = None
-    fingerprint: str | None = None  # the message's url and body, hashed: see sqlite_lineage
+    fingerprint: str | None = None  # the message's url and body, hashed: see sqlite/lineage.py
     budget: Budget | None = None
     retry_at: float | None = None
     refused: bool = False  # the read got a final answer: one more of the dlqId's refusals
@@ -109,7 +109,7 @@ class Outcome:
     # Queued in the same commit as the outcome (an outbox): the notify rules it matched.
     notifications: tuple[Notice, ...] = ()
     # remove-endpoint: the failure the store counts as it settles the outcome, and whose
-    # count makes its state and reason (sqlite_endpoints.count_failure).
+    # count makes its state and reason (sqlite/endpoints.py, count_failure).
     endpoint_failure: EndpointFailure | None = None
 
 

@@ -24,8 +24,8 @@ import psycopg_pool
 import structlog
 
 from daemon.foundation.urls import without_credentials
-from daemon.store import Added, Callback, StoreMissing, StoreUnavailable
 from daemon.store.facade import Facade
+from daemon.store.interface import Added, Callback, StoreMissing, StoreUnavailable
 from daemon.store.postgres import (
     endpoints,
     notify,

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import structlog
 
-from daemon.store import Added, Callback, StoreMissing, StoreUnavailable, Unshared
 from daemon.store.facade import Facade
+from daemon.store.interface import Added, Callback, StoreMissing, StoreUnavailable, Unshared
 from daemon.store.records import Replica, dedup_key
 from daemon.store.sqlite import endpoints as endpoints
 from daemon.store.sqlite import health as health
@@ -376,7 +376,7 @@ def _connect(
         connection = _existing(path, busy_timeout)
     try:
         # Only a new file takes it (before its first table): pages that retention frees
-        # can then be given back to the file system (sqlite_retention.release_space).
+        # can then be given back to the file system (retention.py, release_space).
         connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
         connection.execute("PRAGMA journal_mode = WAL")
         # FULL: a commit in WAL mode is flushed to disk before it returns; NORMAL would
