@@ -392,11 +392,6 @@ def test_the_architecture_names_every_package_and_top_level_module() -> None:
     assert sorted(name for name in packages | modules if name not in architecture) == []
 
 
-# Modules being rewritten on other branches of issue 37, which still cite PRODUCT.md: once
-# they cite docs/ instead, the test below fails until this is emptied.
-REWRITTEN_ELSEWHERE = {"daemon/pipeline/batcher.py"}
-
-
 def cited_outside(path: Path) -> list[str]:
     """The lines of `path` that cite the design notes kept outside the repository."""
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -417,8 +412,7 @@ def test_nothing_cites_documents_outside_the_repository() -> None:
         if path.is_file() and "__pycache__" not in path.parts
     ]
     cited = [line for path in files for line in cited_outside(path)]
-    assert [line for line in cited if line.split(":")[0] not in REWRITTEN_ELSEWHERE] == []
-    assert {line.split(":")[0] for line in cited} == REWRITTEN_ELSEWHERE
+    assert cited == []
 
 
 def test_every_page_the_code_cites_exists_with_its_heading() -> None:
