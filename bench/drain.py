@@ -18,7 +18,7 @@ run short): its per-run figures are measured, its drain time for `--entries` is 
 With `--replicas N` (N > 1, or `--store postgres`), N `recoveryd serve` processes share
 one PostgreSQL store (a durable server the bench starts on loopback: fsync and
 synchronous_commit on), and the callbacks are spread over them in turn. They share the
-account's limit (each takes its part, daemon/replicas.py), so the theoretical drain is
+account's limit (each takes its part, daemon/runtime/replicas.py), so the theoretical drain is
 the same as one replica's. The clock starts once every replica has seen the others.
 
 With `--fetch needed`, recoveryd runs with RECOVERYD_FETCH=needed: it decides from the
@@ -79,7 +79,7 @@ from bench.loadgen import drive
 from bench.options import positive_int
 from bench.postgres import Unavailable, durable_server
 from bench.servers import HOST, Server, ServerError, _running, free_port, log_tail
-from daemon.durations import parse_duration
+from daemon.foundation.durations import parse_duration
 from daemon.upstream import (
     MAX_BULK,
     Credentials,
@@ -130,7 +130,7 @@ import dataclasses
 import sys
 
 from daemon.emulator import EmulatorConfig, create_app
-from daemon.serving import run_until_stopped
+from daemon.http.serving import run_until_stopped
 config = dataclasses.replace(EmulatorConfig.from_env(), execute_runs=False)
 run_until_stopped(create_app(config), sys.argv[1], int(sys.argv[2]), log_level="warning")
 """
@@ -252,7 +252,8 @@ def recoveryd_servers(workdir: Path, service_url: str, options: Options) -> Iter
 
 async def all_see_each_other(replicas: Sequence[Server]) -> None:
     """Until each replica counts them all (30 s at most), then two heartbeats more: a
-    replica takes its part of the limit once the others have seen it (daemon/replicas.py)."""
+    replica takes its part of the limit once the others have seen it
+    (daemon/runtime/replicas.py)."""
     wanted = f"recoveryd_replicas {float(len(replicas))}"
 
     async def counts_all(http: httpx.AsyncClient, replica: Server) -> bool:

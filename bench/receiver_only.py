@@ -3,9 +3,9 @@ ceiling row.
 
 The CallbackReceiver that `recoveryd serve` runs on `/callbacks` (the token checked from
 the headers, the body read and its hash checked, the callback parsed, the metrics, the
-answer), behind the HTTP protocol of recoveryd's public listener (daemon.listener: its
+answer), behind the HTTP protocol of recoveryd's public listener (daemon.http.listener: its
 limits on header size, deadlines and connections, at their defaults), served by
-daemon.serving as `recoveryd serve` serves it, but its store answers "accepted" at once
+daemon.http.serving as `recoveryd serve` serves it, but its store answers "accepted" at once
 and keeps nothing. So its rate is the most that any store could give recoveryd on this
 machine, and the gap between it and the bare app is the work recoveryd does before it
 stores. It stores nothing: a figure to compare, never a way to run recoveryd. Any other
@@ -25,13 +25,14 @@ import uvloop
 from prometheus_client import CollectorRegistry
 
 from bench.baselines import bare_app
+from daemon.foundation.logs import configure_logging
+from daemon.http.listener import limited_protocol
+from daemon.http.serving import bind, serve_until_stopped
 from daemon.ingest.protocol import callback_protocol
 from daemon.ingest.receiver import CallbackReceiver, Receive, Scope, Send
 from daemon.ingest.signature import Verifier
-from daemon.listener import ListenerLimits, limited_protocol
-from daemon.logs import configure_logging
 from daemon.metrics import Metrics
-from daemon.serving import bind, serve_until_stopped
+from daemon.settings import ListenerLimits
 from daemon.store import Added, Callback
 
 

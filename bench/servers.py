@@ -108,7 +108,7 @@ def raw_server(workdir: Path) -> Iterator[Server]:
 
 
 def _uvicorn(app: str, port: int) -> list[str]:
-    """uvicorn serving `app` as recoveryd's listener is configured (daemon/serving.py):
+    """uvicorn serving `app` as recoveryd's listener is configured (daemon/http/serving.py):
     one process, uvloop, httptools, no access log, no lifespan."""
     return [
         sys.executable, "-m", "uvicorn", app,

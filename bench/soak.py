@@ -71,8 +71,8 @@ from bench import drain, servers
 from bench.ingest import ISSUER, SIGNING_KEY, log_problems
 from bench.options import positive_float
 from bench.servers import HOST, Server, ServerError, _running, free_port, log_tail
-from daemon.durations import parse_duration, shown_duration
 from daemon.emulator.signing import sign
+from daemon.foundation.durations import parse_duration, shown_duration
 
 SERVICE_RPS = 100  # the emulator's limit: the service's, that recoveryd learns
 MAX_BODY_BYTES = 64 * 1024
@@ -84,7 +84,7 @@ SCRAPE_EVERY = 10  # admin reads: one in ten is a /metrics scrape
 SEED_CHUNK = 200
 FAULT_EVERY_AT_MOST = 60.0
 FLAT = 1.2  # the tolerance of every "flat" and "bounded": last within 1.2x the reference
-# daemon/retention.py's schedule, which no setting changes.
+# daemon/runtime/retention.py's schedule, which no setting changes.
 PRUNE_FIRST = 60.0
 PRUNE_EVERY = 600.0
 FINAL = ("done", "gone", "skipped", "dry-run", "failed")  # daemon.store.records.FINAL
@@ -130,7 +130,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from daemon.serving import run_until_stopped
+from daemon.http.serving import run_until_stopped
 
 posts = collections.Counter()
 

@@ -1,4 +1,4 @@
-"""The `recoveryd` command line (PRODUCT.md section 1)."""
+"""The `recoveryd` command line (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from daemon.durations import parse_duration
+from daemon.foundation.durations import parse_duration
 
 if TYPE_CHECKING:
     from daemon.settings import Need, Settings
@@ -147,7 +147,7 @@ def check(path: Path | None) -> None:
     settings = _settings(only=("RULES",), refused=_RulesSettings)
     path = path or settings.RULES
     ruleset = _load_rules(path)
-    from daemon.words import counted
+    from daemon.foundation.words import counted
 
     rules, sweeps = counted(len(ruleset.rules), "rule"), counted(len(ruleset.sweeps), "sweep")
     click.echo(f"{path}: ok: {rules}, {sweeps}")
@@ -184,9 +184,9 @@ def explain(rules: Path, message: Path, header_prefix: str | None) -> None:
 def test_rules(rules: Path, tests: Path, header_prefix: str | None) -> None:
     """Run the rule unit tests in TESTS against RULES. Exit status: 0 when all pass, 1 when
     any fails or a file has problems, 2 when a file cannot be read."""
+    from daemon.foundation.words import counted
     from daemon.rules import FileError, Unreadable
     from daemon.rules.testing import load_tests, run_tests
-    from daemon.words import counted
 
     prefix = _header_prefix(header_prefix)
     ruleset = _load_rules(rules)
@@ -263,7 +263,7 @@ def rotate_token(wait: float) -> None:
     it, so it swaps the token without a refused call; with no daemon running, it is done
     here. Exit status: 0 rotated, 1 not rotated (the reason is printed)."""
     from daemon.account.rotate_command import RotateError, rotate_now
-    from daemon.logs import configure_command_logging
+    from daemon.foundation.logs import configure_command_logging
     from daemon.settings import CREDENTIALS_KEPT, RESET_CREDENTIALS
 
     settings = _settings("SERVICE_URL", CREDENTIALS_KEPT, *RESET_CREDENTIALS)
@@ -302,7 +302,7 @@ def set_token(source: str | None, no_check: bool, replace_unreadable: bool) -> N
     and taken up (or no daemon running), 1 not (the reason is printed)."""
     from daemon.account.set_token import TOKEN_GIVEN, SetTokenError, read_given
     from daemon.account.set_token import set_token as save
-    from daemon.logs import configure_command_logging
+    from daemon.foundation.logs import configure_command_logging
     from daemon.settings import CREDENTIALS_KEPT, SettingsError
 
     checked = () if no_check else ("SERVICE_URL",)
@@ -325,7 +325,7 @@ def reseal() -> None:
     yet), 1 not (the reason is printed)."""
     from daemon.account.reseal import ResealError
     from daemon.account.reseal import reseal as reseal_now
-    from daemon.logs import configure_command_logging
+    from daemon.foundation.logs import configure_command_logging
     from daemon.settings import needs, postgres_store
     from daemon.store import StoreMissing
 
@@ -350,7 +350,7 @@ def removals(group: str | None, as_json: bool) -> None:
     with none running, the store (RECOVERYD_STORE) is read here."""
     from daemon.endpoints.listing import described
     from daemon.endpoints.restore import RemovalsError, removals_now
-    from daemon.logs import configure_command_logging
+    from daemon.foundation.logs import configure_command_logging
     from daemon.store import StoreMissing
 
     settings = _settings()
@@ -372,7 +372,7 @@ def restore_endpoint(group: str, name: str) -> None:
     do it; with none running, it is done here. Exit status: 0 restored, 1 not (no such
     removal, restored already, or the service refused; the reason is printed)."""
     from daemon.endpoints.restore import RemovalsError, restore_now
-    from daemon.logs import configure_command_logging
+    from daemon.foundation.logs import configure_command_logging
     from daemon.settings import TOKEN_SOURCE
     from daemon.store import StoreMissing
 
@@ -409,10 +409,10 @@ def redrive(states: tuple[str, ...], rule: str | None, since: float | None, yes:
     """
     import time
 
-    from daemon.logs import configure_command_logging
-    from daemon.redrive import RedriveError, RedriveFilter, redrive_now
+    from daemon.admin.redrive import RedriveError, RedriveFilter, redrive_now
+    from daemon.foundation.logs import configure_command_logging
+    from daemon.foundation.words import counted
     from daemon.store import StoreMissing
-    from daemon.words import counted
 
     settings = _settings()
     configure_command_logging(settings)
@@ -449,7 +449,7 @@ def sweep(name: str, dry_run: bool, rules: Path | None) -> None:
     run its filter selects (relative dates resolved now), at most maxPerRun, then how
     many. The service is asked with RECOVERYD_SERVICE_URL and the daemon's credentials.
     Without --dry-run it refuses: a sweep runs on its schedule in `recoveryd serve`."""
-    from daemon.logs import configure_command_logging
+    from daemon.foundation.logs import configure_command_logging
     from daemon.settings import TOKEN_SOURCE, SettingsError
     from daemon.store import StoreMissing
     from daemon.sweeps.command import NOT_BY_HAND, SweepCommandError

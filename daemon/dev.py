@@ -67,17 +67,17 @@ from daemon.emulator.delivery import Delivery
 from daemon.emulator.emulator import PublishRequest
 from daemon.emulator.journal import Call
 from daemon.emulator.state import Endpoint, Run, SeedMessage
-from daemon.logs import iso_times
+from daemon.foundation.logs import iso_times
+from daemon.foundation.words import counted, plural
+from daemon.http.serving import bind, serve
+from daemon.http.uvicorn_version import unsupported
 from daemon.pipeline import Tuning
 from daemon.rules import FileError, Unreadable, load_rules
 from daemon.rules.model import SweepSpec
-from daemon.serving import bind, serve
 from daemon.settings import load_settings
 from daemon.store import Store, open_store
 from daemon.store.records import OVER_BUDGET
 from daemon.store.sweep_records import SweepRun
-from daemon.uvicorn_version import unsupported
-from daemon.words import counted, plural
 
 Echo = Callable[[str], None]
 WAVE_EVERY = 2.0  # seconds between waves of published runs

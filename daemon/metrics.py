@@ -17,7 +17,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics import MetricWrapperBase
 
-from daemon.listener import Refusal
+from daemon.http.listener import Refusal
 from daemon.store.records import NotificationResult, RateSource, RotationResult
 from daemon.store.removals import RemovalResult
 from daemon.store.sweep_records import SweepResult

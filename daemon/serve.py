@@ -13,13 +13,13 @@ import structlog
 import uvicorn
 
 from daemon.app import running
-from daemon.descriptors import raise_soft_limit
-from daemon.logs import configure_logging
+from daemon.foundation.logs import configure_logging
+from daemon.http.serving import bind, serve_until_stopped
+from daemon.http.uvicorn_version import unsupported
 from daemon.rules import FileError, Unreadable
-from daemon.serving import bind, serve_until_stopped
+from daemon.runtime.descriptors import raise_soft_limit
 from daemon.settings import PREFIX, Settings, SettingsError, load_settings
 from daemon.store import StoreUnavailable
-from daemon.uvicorn_version import unsupported
 
 log = structlog.get_logger(__name__)
 

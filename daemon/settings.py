@@ -1,4 +1,4 @@
-"""The daemon's settings, read once from `RECOVERYD_*` environment variables (PRODUCT.md §3).
+"""The daemon's settings, read once from `RECOVERYD_*` environment variables (docs/settings.md).
 
 A bad setting stops the start with one line naming the variable. Secrets are `SecretStr`
 and never echoed back, not even in an error about their own value.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,12 +27,11 @@ from pydantic import (
     model_validator,
 )
 
-from daemon.durations import parse_duration
-from daemon.listener import ListenerLimits
-from daemon.schedule import parse_schedule
+from daemon.foundation.durations import parse_duration
+from daemon.foundation.schedule import parse_schedule
+from daemon.foundation.urls import credentials_hidden, http_url, without_credentials
+from daemon.foundation.variables import misspelt
 from daemon.store import is_postgres
-from daemon.urls import credentials_hidden, http_url, without_credentials
-from daemon.variables import misspelt
 
 PREFIX = "RECOVERYD_"
 _PREFIX_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
@@ -51,6 +51,19 @@ _SECRETS = frozenset(
 
 class SettingsError(ValueError):
     """Settings that stop the start; `str()` is what to print, a line a problem."""
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """What one connection may take; the settings of the same names (docs/settings.md),
+    enforced by the listeners (daemon/http/listener.py)."""
+
+    max_header_bytes: int = 16 * 1024
+    header_timeout: float = 10.0
+    keepalive_timeout: float = 120.0
+    body_timeout: float = 30.0
+    max_connections: int = 1024
+    max_requests_per_connection: int = 1000
 
 
 # Whether a setting is set (by name without the prefix), and whether the store is
@@ -178,7 +191,7 @@ def _postgres_url(value: str) -> str:
 
 
 class Settings(BaseModel):
-    """Everything `recoveryd serve` is configured with; see PRODUCT.md section 3."""
+    """Everything `recoveryd serve` is configured with; see docs/settings.md."""
 
     # Field names are the variables' names without the prefix, so errors map back exactly.
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -204,7 +217,7 @@ class Settings(BaseModel):
     HEADER_PREFIX: HeaderPrefix = "Service"
     MAX_RPS: float | None = Field(default=None, gt=0)
     MAX_BODY_BYTES: int = Field(default=1024 * 1024, gt=0)
-    # What one connection to a listener may take (daemon/listener.py, docs/settings.md).
+    # What one connection to a listener may take (daemon/http/listener.py, docs/settings.md).
     MAX_HEADER_BYTES: int = Field(default=16 * 1024, ge=1024)
     HEADER_TIMEOUT: Duration = 10.0
     KEEPALIVE_TIMEOUT: Duration = 120.0
@@ -217,7 +230,7 @@ class Settings(BaseModel):
     FETCH: Literal["always", "needed"] = "always"
     LOG_FORMAT: Literal["json", "console"] = "json"
     RETENTION: Duration = 7 * 86400.0
-    # How long a replica's work outlives its last heartbeat (daemon/replicas.py).
+    # How long a replica's work outlives its last heartbeat (daemon/runtime/replicas.py).
     REPLICA_LEASE: Annotated[Duration, Field(ge=3)] = 30.0
 
     @field_validator("STORE")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from daemon.emulator import EmulatorConfig, create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from daemon.upstream import Credentials, CredentialsHolder, ServiceClient
 from tests import postgres, system_tools
 from tests.support import (

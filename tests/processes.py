@@ -22,7 +22,7 @@ import httpx
 import uvicorn
 
 from daemon.emulator import EmulatorConfig, create_app
-from daemon.serving import bind
+from daemon.http.serving import bind
 from tests.support import daemon_env
 
 

@@ -22,8 +22,8 @@ from daemon.account import RotationTiming
 from daemon.app import Daemon, running
 from daemon.emulator import EmulatorConfig
 from daemon.emulator.signing import sign
+from daemon.http.serving import serve
 from daemon.pipeline import Tuning
-from daemon.serving import serve
 from daemon.settings import load_settings
 from daemon.upstream import BreakerPolicy, CredentialsHolder, RetryPolicy, ServiceClient
 

@@ -25,6 +25,7 @@ PAGES = sorted(
     [
         ROOT / "README.md",
         ROOT / "CONTRIBUTING.md",
+        ROOT / "ARCHITECTURE.md",
         ROOT / "examples" / "README.md",
         ROOT / "bench" / "README.md",
         ROOT / "helm" / "recoveryd" / "README.md",
@@ -370,3 +371,57 @@ def test_the_readme_layout_names_every_module_and_package() -> None:
         or (path / "__init__.py").exists()
     }
     assert sorted(here - named) == []
+
+
+# -- ARCHITECTURE.md and what the code cites ---------------------------------------------
+
+
+def test_the_architecture_names_every_package_and_top_level_module() -> None:
+    """ARCHITECTURE.md names each package in daemon/ as `daemon/x/` and each top-level
+    module as `daemon/x.py`."""
+    architecture = text(ROOT / "ARCHITECTURE.md")
+    daemon = ROOT / "daemon"
+    packages = {
+        f"`daemon/{init.parent.relative_to(daemon).as_posix()}/`"
+        for init in daemon.rglob("__init__.py")
+        if init.parent != daemon
+    }
+    modules = {
+        f"`daemon/{module.name}`" for module in daemon.glob("*.py") if module.name != "__init__.py"
+    }
+    assert sorted(name for name in packages | modules if name not in architecture) == []
+
+
+def cited_outside(path: Path) -> list[str]:
+    """The lines of `path` that cite the design notes kept outside the repository."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [
+        f"{path.relative_to(ROOT).as_posix()}:{number}: {line.strip()}"
+        for number, line in enumerate(lines, 1)
+        if "PRODUCT.md" in line or "shared/" in line
+    ]
+
+
+def test_nothing_cites_documents_outside_the_repository() -> None:
+    """daemon/, docs/ and the README cite docs/ or ARCHITECTURE.md, never PRODUCT.md or
+    shared/, which users and contributors do not have."""
+    files = [ROOT / "README.md"] + [
+        path
+        for folder in (ROOT / "daemon", DOCS)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    ]
+    cited = [line for path in files for line in cited_outside(path)]
+    assert cited == []
+
+
+def test_every_page_the_code_cites_exists_with_its_heading() -> None:
+    """A `docs/page.md#heading` or `ARCHITECTURE.md#heading` in daemon/ resolves."""
+    pattern = r"\b((?:docs/[\w-]+\.md|ARCHITECTURE\.md)(?:#[\w-]+)?)"
+    for module in sorted((ROOT / "daemon").rglob("*.py")):
+        for cited in re.findall(pattern, text(module)):
+            path, _, anchor = cited.partition("#")
+            page = ROOT / path
+            assert page.exists(), f"{module.relative_to(ROOT)}: {cited} does not exist"
+            if anchor:
+                assert anchor in anchors(text(page)), f"{module.relative_to(ROOT)}: {cited}"

@@ -6,7 +6,7 @@ limiter that starts from nothing pays for it with a burst of 429s. Learned once,
 limit is saved (`Store.save_learned_rate`); a start reads it before the first call, and
 replicas sharing a PostgreSQL store read it every `poll` seconds, every `discovering_poll`
 while their own limiter is still discovering, so that one replica's discovery ends the
-others'. Each replica still keeps to its part of the limit (daemon/replicas.py).
+others'. Each replica still keeps to its part of the limit (daemon/runtime/replicas.py).
 
 The latest limit learned wins: a 429 or an answer announcing another limit, or the
 account record read at a rotation, replaces the one kept. A limit the operator pinned
@@ -23,9 +23,9 @@ from collections.abc import AsyncIterator, Callable
 
 import structlog
 
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import LearnedRate
-from daemon.supervisor import Supervisor
 from daemon.upstream import RateLimiter
 from daemon.upstream.ratelimit import Source
 

@@ -13,7 +13,7 @@ import asyncio
 import httpx
 
 from daemon.account.rotation import RotationRefused
-from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
+from daemon.admin.client import DaemonError, ask_daemon, daemon_admin
 from daemon.settings import Settings, SettingsError
 from daemon.store import StoreUnavailable
 from daemon.store.records import Rotation
@@ -44,7 +44,7 @@ async def rotate_now(settings: Settings, wait: float) -> str:
 
 
 async def _rotate_here(settings: Settings, wait: float) -> str:
-    from daemon.app import rotating_alone
+    from daemon.account.assembly import rotating_alone
 
     try:
         async with asyncio.timeout(wait), rotating_alone(settings) as rotator:

@@ -1,4 +1,4 @@
-"""Token rotation (spec 4.2): on a schedule or on demand, saved before use, one at a time.
+"""Token rotation: on a schedule or on demand, saved before use, one at a time.
 
 The reset invalidates the old token and password at once and its answer is the only
 copy of the new ones, so a rotation goes in this order, each step durable before the
@@ -27,6 +27,8 @@ With the store as the vault, the other replicas follow: they read the saved cred
 every `follow` seconds, and at once when the service refuses a call (after waiting
 for a rotation recorded as under way to end), so a replica goes on with a token the
 service has revoked for one refused call at most.
+
+The operator's side of it: docs/operating.md, Token rotation.
 """
 
 from __future__ import annotations
@@ -44,11 +46,11 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from daemon.account import credentials_file
 from daemon.account.credentials_file import CredentialsFileError, Saved
 from daemon.account.vault import Vault
+from daemon.foundation.schedule import parse_schedule
 from daemon.metrics import ACCOUNT_LIMITS, Metrics
-from daemon.schedule import parse_schedule
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import Rotation, RotationResult
-from daemon.supervisor import Supervisor
 from daemon.upstream import (
     AccountRecord,
     Credentials,
@@ -539,8 +541,8 @@ def missing_basic_credentials(credentials: Credentials) -> str | None:
 
 
 def _limits(record: AccountRecord) -> dict[str, int]:
-    """The limits of spec section 8 that the account record carries, by their wire names
-    (`timeout` is one too; `max_` fields the spec does not list yet are kept as well)."""
+    """The account's limits that its record carries, by their wire names (docs/metrics.md
+    lists them; `timeout` is one too, and `max_` fields not listed yet are kept as well)."""
     fields = record.model_dump(exclude_none=True)
     return {
         name: value

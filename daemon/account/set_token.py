@@ -31,7 +31,7 @@ import httpx
 from daemon.account import credentials_file
 from daemon.account.credentials_file import CredentialsFileError, Saved
 from daemon.account.vault import Vault
-from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
+from daemon.admin.client import DaemonError, ask_daemon, daemon_admin
 from daemon.settings import Settings, SettingsError, needs
 from daemon.store import StoreUnavailable, open_store
 from daemon.upstream import (
@@ -117,7 +117,7 @@ async def set_token(
     SetTokenError when it was not saved, or saved but the daemon did not take it up.
     Saved credentials that cannot be read are replaced only with `replace_unreadable`:
     a wrong key here would otherwise seal the row under a key no replica has."""
-    from daemon.app import vault_for
+    from daemon.account.assembly import vault_for
 
     try:
         async with open_store(settings.STORE, release_leases=False) as store:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import cast, get_args
 
 from daemon.emulator.ratelimit import Announce, Counting
-from daemon.variables import misspelt
-from daemon.words import either, with_guess
+from daemon.foundation.variables import misspelt
+from daemon.foundation.words import either, with_guess
 
 # The fields whose value is a credential: generated when left empty, never shown in a repr.
 SECRET_FIELDS = ("token", "password", "signing_key_current", "signing_key_next")

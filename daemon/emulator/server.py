@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from daemon.emulator.app import create_app
 from daemon.emulator.config import EmulatorConfig
-from daemon.serving import run_until_stopped
+from daemon.http.serving import run_until_stopped
 
 
 def run(host: str, port: int, config: EmulatorConfig) -> None:

@@ -14,11 +14,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from daemon.endpoints.restore import RestoreFailed, restore
+from daemon.http.errors import STORE_UNAVAILABLE, error
 from daemon.metrics import Metrics
 from daemon.store import Store
 from daemon.store.removals import RestoreRefused
 from daemon.upstream import ServiceClient
-from daemon.web import STORE_UNAVAILABLE, error
 
 log = structlog.get_logger(__name__)
 

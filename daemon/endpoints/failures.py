@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from daemon.rules import Rule
-from daemon.store.removals import EndpointFailure
+from daemon.store.records import EndpointFailure
 from daemon.upstream.models import usable_in_path
 
 

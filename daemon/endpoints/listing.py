@@ -7,8 +7,8 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
-from daemon.durations import shown_duration
-from daemon.words import counted
+from daemon.foundation.durations import shown_duration
+from daemon.foundation.words import counted
 
 
 def described(removals: Iterable[dict[str, Any]]) -> str:

@@ -73,7 +73,7 @@ async def restore(
 
 async def removals_now(settings: Settings, group: str | None) -> list[dict[str, Any]]:
     """The removals, from the daemon on RECOVERYD_ADMIN_LISTEN, else from the store."""
-    from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
+    from daemon.admin.client import DaemonError, ask_daemon, daemon_admin
     from daemon.store import open_store
 
     admin = daemon_admin(settings)
@@ -97,7 +97,7 @@ async def removals_now(settings: Settings, group: str | None) -> list[dict[str, 
 
 async def restore_now(settings: Settings, group: str, name: str) -> dict[str, Any]:
     """Restore through the daemon on RECOVERYD_ADMIN_LISTEN, else here."""
-    from daemon.admin_client import DaemonError, ask_daemon, daemon_admin
+    from daemon.admin.client import DaemonError, ask_daemon, daemon_admin
 
     admin = daemon_admin(settings)
     if admin is not None:
@@ -114,7 +114,7 @@ async def restore_now(settings: Settings, group: str, name: str) -> dict[str, An
 async def _restore_here(settings: Settings, group: str, name: str) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
-    from daemon.app import account, initial_credentials, vault_for
+    from daemon.account.assembly import account, initial_credentials, vault_for
     from daemon.settings import SettingsError
     from daemon.store import open_store
 

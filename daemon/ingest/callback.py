@@ -1,4 +1,4 @@
-"""Parse a failure callback's body (PRODUCT.md §2.1): pure, no I/O."""
+"""Parse a failure callback's body (docs/api.md#post-callbacks): pure, no I/O."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, ConfigDict, Field, ValidationError
 
-from daemon.upstream.models import _Received, usable_in_path
-
-MAX_DLQ_ID_LENGTH = 1024
+from daemon.upstream.models import MAX_DLQ_ID_LENGTH, _Received, usable_in_path
 
 
 class CallbackError(ValueError):

@@ -10,7 +10,7 @@ disk). Every other request, and the few callbacks that need what only the ASGI c
 (one pipelined behind a request not yet answered, `Expect: 100-continue`, an upgrade),
 go the ASGI way.
 
-uvicorn and the listener's limits (daemon/listener.py) see such a request through its
+uvicorn and the listener's limits (daemon/http/listener.py) see such a request through its
 `_Cycle`, which has the fields of uvicorn's RequestResponseCycle that they read and set:
 so deadlines, lingering close, keep-alive, pipelining and graceful shutdown hold for it
 as for any request.

@@ -1,4 +1,4 @@
-"""`POST /callbacks` (PRODUCT.md §2): check a failure callback and store it before the 2xx.
+"""`POST /callbacks`: check a failure callback and store it before the 2xx (docs/api.md).
 
 The checks and the answers, apart from how the bytes come and go: the public listener's
 HTTP protocol calls `admit` when a request's headers are in and `finish` with its body

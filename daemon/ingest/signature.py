@@ -1,4 +1,4 @@
-"""Verify the JWT (HS256) that signs every failure callback (PRODUCT.md §2.2).
+"""Verify the JWT (HS256) that signs every failure callback (docs/api.md#post-callbacks).
 
 Hand-written rather than PyJWT's `decode` because this runs once per callback on the hot
 path: PyJWT spends ~175 µs a token, mostly checking segment characters one by one in

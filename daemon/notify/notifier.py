@@ -33,10 +33,10 @@ from daemon.notify.delivery import (
     next_step,
     retry_delay,
 )
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store, StoreUnavailable
 from daemon.store.backoff import StoreBackoff
 from daemon.store.records import NotificationJob
-from daemon.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 USER_AGENT = f"recoveryd/{__version__}"
@@ -182,7 +182,7 @@ class Notifier:
         elif step.result == "retry":
             assert step.next_at is not None
             # A receiver that is down fails many at once: the log's repeat filter folds
-            # these into one line a minute with a count (daemon/logs.py).
+            # these into one line a minute with a count (daemon/foundation/logs.py).
             log.warning("notification not delivered; will try again", reason=step.reason,
                         in_seconds=round(step.next_at - now, 3), **context)  # fmt: skip
         else:

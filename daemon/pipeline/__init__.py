@@ -1,7 +1,10 @@
 """The recovery pipeline: callbacks in the store's inbox become recovered workflow runs.
 
     inbox (received) -> fetch.Fetcher: lease, GET the DLQ message, decide (decide.py)
-                     -> batcher.Batcher: batch, persist, bulk resume/restart, settle
+                     -> batcher.Batcher: form (forming.py), persist and settle
+                        (ledger.py), bulk resume/restart (sending.py), check an
+                        unknown outcome (checking.py), take up what nobody holds
+                        (housekeeping.py)
 
 Every step is a state of the dlqId in the store (`daemon.store.records`), committed
 before the side effect that follows it.
@@ -18,12 +21,18 @@ from typing import Literal
 from daemon.metrics import Metrics
 from daemon.notify.delivery import NotifyTiming
 from daemon.pipeline.batcher import Batcher
+from daemon.pipeline.checking import Checker
 from daemon.pipeline.fetch import Fetcher
-from daemon.replicas import LeaseFence
+from daemon.pipeline.forming import Forming
+from daemon.pipeline.housekeeping import Housekeeping
+from daemon.pipeline.ledger import Ledger
+from daemon.pipeline.sending import Sender
+from daemon.pipeline.waits import ServiceWaits
 from daemon.rules import BatchPolicy
 from daemon.rules.live import LiveRules
+from daemon.runtime.replicas import LeaseFence
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store
-from daemon.supervisor import Supervisor
 from daemon.upstream import ServiceClient
 
 
@@ -64,7 +73,7 @@ class Pipeline:
         tuning = tuning or Tuning()
         self._tuning = tuning
         supervisor = supervisor or Supervisor(metrics)
-        self.batcher = Batcher(
+        self.batcher = _batcher(
             store,
             client,
             metrics,
@@ -72,9 +81,7 @@ class Pipeline:
             replica=replica,
             fence=fence,
             supervisor=supervisor,
-            retry_base=tuning.retry_base,
-            retry_cap=tuning.retry_cap,
-            housekeeping=tuning.housekeeping,
+            tuning=tuning,
             wall_clock=wall_clock,
         )
         self.fetcher = Fetcher(
@@ -121,6 +128,39 @@ class Pipeline:
         drain = self._tuning.drain_timeout
         async with self.batcher.running(drain), self.fetcher.running(drain):
             yield self
+
+
+def _batcher(
+    store: Store,
+    client: ServiceClient,
+    metrics: Metrics,
+    policy_of: Callable[[str], BatchPolicy],
+    *,
+    replica: str | None,
+    fence: LeaseFence | None,
+    supervisor: Supervisor,
+    tuning: Tuning,
+    wall_clock: Callable[[], float],
+) -> Batcher:
+    """The batcher and its collaborators, one job each (batcher.py says which)."""
+    base, cap = tuning.retry_base, tuning.retry_cap
+    waits = ServiceWaits(client)
+    ledger = Ledger(store, metrics, replica=replica, wall_clock=wall_clock)
+    checker = Checker(client, ledger, waits, retry_base=base, retry_cap=cap)
+    sender = Sender(store, client, metrics, ledger, waits, replica=replica, fence=fence,
+                    retry_base=base, retry_cap=cap, wall_clock=wall_clock)  # fmt: skip
+    return Batcher(
+        Forming(policy_of),
+        ledger,
+        sender,
+        checker,
+        Housekeeping(store, ledger, checker, replica=replica),
+        waits,
+        metrics,
+        supervisor=supervisor,
+        housekeeping_every=tuning.housekeeping,
+        wall_clock=wall_clock,
+    )
 
 
 def _policy(rules: LiveRules, name: str) -> BatchPolicy:

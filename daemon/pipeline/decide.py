@@ -47,7 +47,7 @@ def overrides_key(rule: Rule) -> str:
 
 def fingerprint(facts: Mapping[str, Any]) -> str:
     """What a new run of the same workflow repeats: its url and its body. It tells apart
-    the dlqIds of one batch when their new runs fail again (see store/sqlite_lineage)."""
+    the dlqIds of one batch when their new runs fail again (see store/sqlite/lineage.py)."""
     parts = (facts.get("url"), facts.get("body"), facts.get("bodyBase64"))
     text = "\n".join(part if isinstance(part, str) else "" for part in parts)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -98,13 +98,13 @@ def outcome_of(
         )
     if rule.spec.notify is not None:
         # Final now: what is left, the delivery, has its own state, and the record follows
-        # it (`failed` if it cannot be delivered; see store/sqlite_notify).
+        # it (`failed` if it cannot be delivered; see store/sqlite/notify.py).
         receiver = receiver_of(rule.spec.notify.url)
         reason = f"rule {rule.name} queued a notification to {receiver}"
         return Outcome(dlq_id, "done", reason=reason, **common)
     if rule.action == "remove-endpoint":
         # The store counts the failure as it settles the outcome, and its count makes the
-        # state and the reason (store/sqlite_endpoints.py); the removal has its own record.
+        # state and the reason (store/sqlite/endpoints.py); the removal has its own record.
         failure = endpoint_failure(rule, facts)
         if isinstance(failure, str):
             return Outcome(dlq_id, "skipped", reason=failure, **common)

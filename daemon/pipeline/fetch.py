@@ -19,21 +19,21 @@ from typing import Literal
 
 import structlog
 
+from daemon.foundation.words import counted
 from daemon.metrics import DecisionSource, Metrics
 from daemon.pipeline.calls import recording
 from daemon.pipeline.decide import outcome_of, reads
 from daemon.pipeline.failures import backoff, is_final_for
-from daemon.replicas import replica_id
 from daemon.rules import Decision, Ruleset, facts
 from daemon.rules.callback import message_of, told
 from daemon.rules.conditions import Facts
 from daemon.rules.live import LiveRules
+from daemon.runtime.replicas import replica_id
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store, StoreUnavailable
 from daemon.store.backoff import StoreBackoff
 from daemon.store.records import Claimed, Outcome, Pending
-from daemon.supervisor import Supervisor
 from daemon.upstream import NotFound, ServiceClient, ServiceError
-from daemon.words import counted
 
 log = structlog.get_logger(__name__)
 _OPERATION = "get_dlq_message"
@@ -72,7 +72,7 @@ class Fetcher:
         again every `idle_poll` seconds (retries come due) or as soon as `wake` says a
         callback arrived. `fetch` is RECOVERYD_FETCH: with "needed", a signed callback that
         tells what the rules read is decided without a GET. The leases are `replica`'s
-        (daemon/replicas.py), and its decided dlqIds with them."""
+        (daemon/runtime/replicas.py), and its decided dlqIds with them."""
         self._store = store
         self._client = client
         self._rules = rules
@@ -299,7 +299,7 @@ class Fetcher:
             return Outcome(claimed.dlq_id, "failed", reason=why, refused=True, calls=calls)
         delay = backoff(claimed.tries, self._retry_base, self._retry_cap, self._rand)
         # An outage fails thousands at once: the log's repeat filter folds these lines
-        # into one a minute with a count (daemon/logs.py).
+        # into one a minute with a count (daemon/foundation/logs.py).
         log.warning("dlq message not fetched; will try again", dlq_id=claimed.dlq_id,
                     reason=reason, in_seconds=round(delay, 3))  # fmt: skip
         return Outcome(

@@ -1,4 +1,4 @@
-"""A rule's `match` compiled into one predicate over a message's facts (PRODUCT.md 4.2).
+"""A rule's `match` compiled into one predicate over a message's facts (docs/rules.md#conditions).
 
 Compiling checks everything that can be checked before a message arrives: every field
 exists, every operator applies to its field's kind and its operand has the right type,
@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from daemon.foundation.words import did_you_mean, either, unknown_key
 from daemon.rules.fields import FIELDS, Kind
 from daemon.rules.yamlfile import Loc, Mistake, shown
-from daemon.words import did_you_mean, either, unknown_key
 
 Facts = Mapping[str, Any]
 Predicate = Callable[[Facts], bool]

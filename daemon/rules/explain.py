@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from daemon.foundation.words import counted
 from daemon.rules.callback import CARRIED
 from daemon.rules.ruleset import Decision, Rule, Ruleset
-from daemon.words import counted
 
 # How a budget counts, said where a user looks (`recoveryd explain`, docs/rules.md).
 BUDGET_COUNTS = (

@@ -1,4 +1,4 @@
-"""The fields a condition can test (PRODUCT.md 4.1), and a message's values for them.
+"""The fields a condition can test and a message's values for them (docs/rules.md).
 
 A message becomes its *facts* once, before any rule looks at it: the DLQ message's own
 fields, the derived ones, and header maps keyed by lower-case name. A field that is

@@ -1,4 +1,4 @@
-"""The shape of `rules.yaml` (PRODUCT.md section 4) as frozen pydantic models.
+"""The shape of `rules.yaml` (docs/rules.md) as frozen pydantic models.
 
 These check types, ranges and formats. What depends on more than one key (which
 parameters an action takes, unique names) and the `match` conditions are checked by
@@ -14,15 +14,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from daemon.durations import parse_duration
+from daemon.foundation.durations import parse_duration
+from daemon.foundation.schedule import parse_schedule
+from daemon.foundation.urls import http_url
 from daemon.rules.yamlfile import shown
-from daemon.schedule import parse_schedule
 from daemon.upstream.models import FailureFunctionState, Overrides
-from daemon.urls import http_url
 
 Action = Literal["resume", "restart", "remove-endpoint", "notify", "ignore"]
 RECOVERIES: tuple[Action, ...] = ("resume", "restart")
-MAX_BATCH = 50  # the service takes at most 50 dlqIds per bulk call (PRODUCT.md 4.4)
+MAX_BATCH = 50  # the service takes at most 50 dlqIds per bulk call (docs/rules.md#batches)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 

@@ -1,4 +1,4 @@
-"""Rule unit tests (PRODUCT.md 4.6): a message in, the expected rule, action and headers.
+"""Rule unit tests (docs/rules.md#rule-tests): a message in, the expected rule, action and headers.
 
 A test file is checked like a rules file, every mistake with its line, and also against
 the rules it tests: expecting a rule that does not exist is a typo, not a failure.
@@ -13,12 +13,12 @@ from typing import Any
 
 from pydantic import Field
 
+from daemon.foundation.words import with_guess
 from daemon.rules.explain import call_headers
 from daemon.rules.fields import facts
 from daemon.rules.model import Action, Spec
 from daemon.rules.ruleset import Decision, Ruleset
 from daemon.rules.yamlfile import FileError, Loc, Mistake, read_document
-from daemon.words import with_guess
 
 
 class Expect(Spec):

@@ -1,8 +1,9 @@
 """YAML files read with their positions, and errors that point back into them.
 
 Every mistake in a rules or rule-test file is reported as `PATH:LINE:COL: yaml.path:
-message` (PRODUCT.md 4.3), all of them at once. Validation works on plain Python values;
-the parsed document is kept beside them only to turn a path into a line and a column.
+message`, all of them at once (docs/rules.md#every-mistake-at-once). Validation works on
+plain Python values; the parsed document is kept beside them only to turn a path into a
+line and a column.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent
 
+from daemon.foundation.words import unknown_key, with_guess
 from daemon.rules.yamlsyntax import Constructor, explain
-from daemon.words import unknown_key, with_guess
 
 Loc = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)

@@ -6,7 +6,7 @@ import asyncio
 
 import structlog
 
-from daemon.store import StoreUnavailable
+from daemon.store.interface import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 

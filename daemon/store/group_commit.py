@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from daemon.store import Added, Callback, StoreUnavailable
+from daemon.store.interface import Added, Callback, StoreUnavailable
 
 log = structlog.get_logger(__name__)
 

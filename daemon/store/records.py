@@ -10,19 +10,19 @@ follows it, so a crash at any point leaves a state the next start can act on:
 
 `received` with a lease is being fetched; its lease expiring gives it to another worker.
 
-Both stores (sqlite_pipeline.py, postgres/pipeline.py) build the values they answer from
+Both stores (sqlite/pipeline.py, postgres/pipeline.py) build the values they answer from
 their rows with the functions at the end of this module.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from daemon.store.removals import EndpointFailure
-from daemon.words import counted
+from daemon.foundation.words import counted
 
 State = Literal["received", "decided", "batched", "done", "gone", "skipped", "failed", "dry-run"]
 STATES: tuple[State, ...] = (
@@ -33,9 +33,32 @@ FINAL: frozenset[State] = frozenset({"done", "gone", "skipped", "failed", "dry-r
 UNFINISHED: tuple[State, ...] = ("received", "decided", "batched")
 # Counted against a rule's budget: recoveries decided, under way or made.
 RECOVERING: tuple[State, ...] = ("decided", "batched", "done")
+
+
+def dedup_key(dlq_id: str) -> int:
+    """A pruned dlqId's key, the same in both stores (sqlite/retention.py says why a key):
+    sha256's first 8 bytes as a signed 64-bit integer."""
+    return int.from_bytes(hashlib.sha256(dlq_id.encode()).digest()[:8], "big", signed=True)
+
+
 # How the reason of a dlqId `skipped` because its rule's budget was spent begins, so that
 # a reader (the demo's summary) tells these from the ones a rule said to ignore.
 OVER_BUDGET = "budget: "
+
+
+@dataclass(frozen=True)
+class EndpointFailure:
+    """One failed delivery to an endpoint of a URL Group, as its DLQ message tells it, and
+    the rule that counts it. `endpoint` is how it is known: its name, else its url."""
+
+    url_group: str
+    endpoint: str
+    name: str | None
+    url: str | None
+    response_status: int | None
+    failures: int  # the rule's threshold
+    within: float  # seconds
+    keep_last: bool
 
 
 @dataclass(frozen=True)
@@ -74,7 +97,7 @@ class Outcome:
     matched: tuple[str, ...] = ()
     overrides: str | None = None  # canonical JSON of the rule's overrides
     workflow_run_id: str | None = None
-    fingerprint: str | None = None  # the message's url and body, hashed: see sqlite_lineage
+    fingerprint: str | None = None  # the message's url and body, hashed: see sqlite/lineage.py
     budget: Budget | None = None
     retry_at: float | None = None
     refused: bool = False  # the read got a final answer: one more of the dlqId's refusals
@@ -86,7 +109,7 @@ class Outcome:
     # Queued in the same commit as the outcome (an outbox): the notify rules it matched.
     notifications: tuple[Notice, ...] = ()
     # remove-endpoint: the failure the store counts as it settles the outcome, and whose
-    # count makes its state and reason (sqlite_endpoints.count_failure).
+    # count makes its state and reason (sqlite/endpoints.py, count_failure).
     endpoint_failure: EndpointFailure | None = None
 
 
@@ -100,6 +123,21 @@ class Settled:
     decided: list[Pending]
     over_budget: list[tuple[str, str]]  # (dlqId, rule)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (dlqId, rule or "")
+
+
+@dataclass(frozen=True)
+class BatchEnd:
+    """What a batch's call came to, as `Store.settle_batch` takes it (see there)."""
+
+    sent: bool
+    now: float
+    done: Sequence[str] = ()
+    again: Sequence[str] = ()
+    failed: Sequence[str] = ()
+    gone: Sequence[str] = ()
+    reason: str | None = None
+    runs: Sequence[dict[str, Any]] = ()
+    calls: Sequence[dict[str, Any]] = ()
 
 
 @dataclass(frozen=True)
@@ -163,6 +201,18 @@ class Rotation:
 NotificationState = Literal["pending", "sent", "failed"]
 # What one attempt came to: delivered, to be made again, or given up.
 NotificationResult = Literal["sent", "retry", "failed"]
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """What a notification's attempt came to, as `Store.finish_notification_attempt`
+    takes it: `result`, the receiver's `status` if it answered, and when to try again."""
+
+    result: NotificationResult
+    status: int | None
+    reason: str
+    next_at: float | None
+    now: float
 
 
 @dataclass(frozen=True)

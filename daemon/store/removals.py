@@ -19,13 +19,11 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from daemon.urls import without_credentials
-from daemon.words import counted, plural
-
-if TYPE_CHECKING:  # records.py imports this module
-    from daemon.store.records import State
+from daemon.foundation.urls import without_credentials
+from daemon.foundation.words import counted, plural
+from daemon.store.records import State
 
 RemovalState = Literal[
     "pending", "removing", "removed", "gone", "kept_last", "capped", "read_failed", "failed"
@@ -47,7 +45,7 @@ DLQ_STATE: dict[RemovalResult, State] = {
     "read_failed": "skipped",
     "failed": "failed",
 }
-# SQL both stores' endpoint_removals queries share (sqlite_endpoints.py and
+# SQL both stores' endpoint_removals queries share (sqlite/endpoints.py and
 # postgres/endpoints.py): the states as literals, so the partial index on the open ones
 # is used, and the columns `removal` reads and those `listed` reads, in their order.
 OPEN_SQL = ", ".join(f"'{state}'" for state in OPEN)
@@ -62,21 +60,6 @@ LISTED_COLUMNS = (
     "created_at, intended_at, finished_at, restore_state, restore_reason, restored_at, "
     "updated_at"
 )
-
-
-@dataclass(frozen=True)
-class EndpointFailure:
-    """One failed delivery to an endpoint of a URL Group, as its DLQ message tells it, and
-    the rule that counts it. `endpoint` is how it is known: its name, else its url."""
-
-    url_group: str
-    endpoint: str
-    name: str | None
-    url: str | None
-    response_status: int | None
-    failures: int  # the rule's threshold
-    within: float  # seconds
-    keep_last: bool
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,38 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from daemon.foundation.words import counted
 from daemon.store.records import Load
-from daemon.words import counted
 
 SweepResult = Literal["success", "failure", "unknown", "interrupted", "dry-run"]
 SWEEP_RESULTS: tuple[SweepResult, ...] = (
     "success", "failure", "unknown", "interrupted", "dry-run"
 )  # fmt: skip
 PageOutcome = Literal["sending", "done", "listed", "refused", "unknown"]
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """A sweep's run as `Store.begin_sweep_run` records it: the filter with its dates
+    resolved, what the run does, and its cap."""
+
+    action: str
+    dry_run: bool
+    filter: dict[str, Any]
+    overrides: dict[str, Any] | None
+    max_per_run: int
+    now: float
+
+
+@dataclass(frozen=True)
+class PageEnd:
+    """What a page's call came to, as `Store.settle_sweep_page` takes it."""
+
+    outcome: PageOutcome
+    now: float
+    items: Sequence[dict[str, Any]] = ()
+    next_cursor: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +127,7 @@ class SweepRun:
         return answer
 
 
-# The values both stores (sqlite_sweeps.py, postgres/sweeps.py) answer, built from their
+# The values both stores (sqlite/sweeps.py, postgres/sweeps.py) answer, built from their
 # rows: each function takes the columns named beside it, in that order. `load` decodes a
 # JSON column (filter, overrides, items) as the store's driver returns it: SQLite's are
 # text written with sorted keys (`json.loads`); PostgreSQL's jsonb come back decoded, and

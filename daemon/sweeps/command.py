@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from daemon.foundation.words import counted, with_guess
 from daemon.rules import FileError, Unreadable, load_rules
 from daemon.settings import Settings
 from daemon.store import StoreUnavailable
@@ -33,7 +34,6 @@ from daemon.upstream import (
     ServiceClient,
     ServiceError,
 )
-from daemon.words import counted, with_guess
 
 NOT_BY_HAND = (
     "a sweep runs on its schedule in `recoveryd serve` (one run at a time, each recorded: "
@@ -49,7 +49,7 @@ class SweepCommandError(Exception):
 async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[str], None]) -> None:
     """Print each entry sweep `name` would recover now, then how many; SweepCommandError
     when the rules, the sweep or the service cannot tell."""
-    from daemon.app import credentials_in_use
+    from daemon.account.assembly import credentials_in_use
 
     try:
         ruleset = load_rules(rules)

@@ -14,9 +14,9 @@ from typing import Any
 
 from apscheduler.triggers.interval import IntervalTrigger
 
-from daemon.durations import parse_duration
+from daemon.foundation.durations import parse_duration
+from daemon.foundation.schedule import parse_schedule
 from daemon.rules.model import SweepFilter, SweepSpec
-from daemon.schedule import parse_schedule
 from daemon.upstream import BulkAction, BulkFilter, Overrides
 
 

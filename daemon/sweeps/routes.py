@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from daemon.http.errors import STORE_UNAVAILABLE, error
 from daemon.sweeps.scheduler import Sweeper
-from daemon.web import STORE_UNAVAILABLE, error
 
 DEFAULT_RUNS = 5
 MAX_RUNS = 100  # the store keeps this many runs of a sweep

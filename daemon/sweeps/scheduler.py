@@ -1,6 +1,6 @@
 """The sweeps of the rules in force, each run on its schedule, one run at a time.
 
-APScheduler keeps the time (cron in UTC, or an interval, `daemon/schedule.py`); its job
+APScheduler keeps the time (cron in UTC, or an interval, `daemon/foundation/schedule.py`); its job
 only wakes the sweep's own task, which runs under the supervisor and carries out one
 run at a time. A schedule that fires while a run is under way is skipped, never queued
 behind it. A rules reload reschedules: a new sweep is scheduled, a removed one stops
@@ -28,13 +28,13 @@ from typing import Any
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from daemon.foundation.schedule import parse_schedule
 from daemon.metrics import Metrics
 from daemon.rules.live import LiveRules
 from daemon.rules.model import SweepSpec
 from daemon.rules.ruleset import Ruleset
-from daemon.schedule import parse_schedule
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store, StoreUnavailable
-from daemon.supervisor import Supervisor
 from daemon.sweeps.plan import fire_missed, plan
 from daemon.sweeps.run import SweepRunner
 

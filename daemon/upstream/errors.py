@@ -165,7 +165,7 @@ class CircuitOpen(TransportError):
 class Fenced(TransportError):
     """Not sent: the caller's fence said no right before the attempt went out. A replica
     whose lease in the shared store may have passed to another must not send for the
-    work it held (daemon/replicas.py). Not retried: the caller decides what comes next."""
+    work it held (daemon/runtime/replicas.py). Not retried: the caller decides what comes next."""
 
     reason = "fenced"
 

@@ -25,8 +25,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from daemon.urls import http_url
-from daemon.words import did_you_mean
+from daemon.foundation.urls import http_url
+from daemon.foundation.words import did_you_mean
 
 BulkAction = Literal["resume", "restart"]
 FailureFunctionState = Literal[
@@ -43,6 +43,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 controls, DEL, C1 controls
 RETRY_DELAY_NAMES = frozenset(
     {"retried", "pow", "sqrt", "abs", "exp", "floor", "ceil", "round", "min", "max"}
 )
+
+
+# The longest DLQ id taken in a callback: the public listener refuses a longer one
+# (ingest/callback.py) and its OpenAPI document says so (http/public_api.py).
+MAX_DLQ_ID_LENGTH = 1024
 
 
 def usable_in_path(value: str) -> bool:

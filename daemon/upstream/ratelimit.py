@@ -210,7 +210,7 @@ class RateLimiter:
     def share(self, rank: int, members: int, *, until: float = math.inf) -> None:
         """Replicas share the account: this one, `rank` among `members` (0: none of the
         budget for now), keeps to its part of the calls a window, a whole number each,
-        the parts adding up to the account's (daemon/replicas.py). The part lapses at
+        the parts adding up to the account's (daemon/runtime/replicas.py). The part lapses at
         `until`, on this limiter's clock, unless given again before: a replica whose
         heartbeat stalls may be counted gone by the others, who then take its part."""
         self._share = (rank, members)

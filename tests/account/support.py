@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from daemon.emulator import Emulator, create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.pipeline.support import RESUME_ALL
 from tests.processes import Served
 from tests.support import PASSWORD, USERNAME, callback_json, emulator_config, signed

@@ -14,8 +14,8 @@ import httpx
 import psycopg
 
 from daemon.account.rate import SharedRate
+from daemon.runtime.supervisor import Supervisor
 from daemon.store import open_store
-from daemon.supervisor import Supervisor
 from daemon.upstream import RateLimiter
 from tests.pipeline.support import BULK_PATHS, assert_recovered_once
 from tests.pipeline.test_replicas import metric, post_all, status

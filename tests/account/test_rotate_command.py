@@ -18,7 +18,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.processes import environ, free_port, serving
 from tests.support import PASSWORD, TOKEN, USERNAME, emulator_config
 

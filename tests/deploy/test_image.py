@@ -30,7 +30,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from daemon.settings import PREFIX, load_settings
 from tests import system_tools
 from tests.deploy.locks import RUNTIME_LOCK, installed_here

@@ -19,8 +19,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from daemon.emulator import create_app
+from daemon.http.serving import serve_in_thread
 from daemon.metrics import Metrics
-from daemon.serving import serve_in_thread
 from tests import system_tools
 from tests.account.support import rotation_settings, send_callbacks, status
 from tests.pipeline.support import FINAL, RESUME_ALL

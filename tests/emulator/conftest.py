@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from daemon.emulator import Emulator, EmulatorConfig, create_app
-from daemon.serving import serve
+from daemon.http.serving import serve
 from tests.emulator.support import BEARER, FakeClock, Sink
 from tests.support import emulator_config
 

@@ -14,7 +14,7 @@ import jwt
 import pytest
 
 from daemon.emulator import EmulatorConfig, create_app
-from daemon.serving import serve, serve_in_thread
+from daemon.http.serving import serve, serve_in_thread
 from tests.emulator.support import BEARER, SIGNING_KEY_CURRENT, Received, Sink, idle, seed
 
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.emulator.support import BEARER
 from tests.support import emulator_config
 

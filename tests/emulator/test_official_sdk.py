@@ -24,7 +24,7 @@ from qstash.errors import (
 from qstash.receiver import verify_with_key
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.emulator.support import Sink
 from tests.support import SIGNING_KEY_CURRENT, SIGNING_KEY_NEXT, TOKEN, emulator_config
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.endpoints.support import dead_letter, endpoints, named, rules, topic_calls
 from tests.processes import Served, serving
 from tests.support import callback_json, emulator_config, faults_taken, signed, wait_for

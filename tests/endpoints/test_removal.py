@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from daemon.serving import serve
+from daemon.http.serving import serve
 from tests.emulator.support import Sink
 from tests.endpoints.support import (
     dead_letter,

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.endpoints.support import (
     dead_letter,
     endpoints,

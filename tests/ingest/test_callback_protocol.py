@@ -20,15 +20,16 @@ from typing import Any
 import httpx
 from prometheus_client import CollectorRegistry
 
+from daemon.http.listener import limited_protocol
+from daemon.http.serving import serve
 from daemon.ingest.protocol import callback_protocol
 from daemon.ingest.receiver import CallbackReceiver
 from daemon.ingest.signature import Verifier
-from daemon.listener import ListenerLimits, limited_protocol
 from daemon.metrics import Metrics
-from daemon.serving import serve
+from daemon.settings import ListenerLimits
 from daemon.store import Added, Callback
 from daemon.store.sqlite import SQLiteStore
-from tests.ingest.test_listener_limits import (
+from tests.http.test_listener_limits import (
     Connection,
     _answers,
     _callback_request,

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from daemon.app import running
 from daemon.emulator import create_app
-from daemon.serving import bind, serve
+from daemon.http.serving import bind, serve
 from daemon.settings import load_settings
 from tests.emulator.support import Sink
 from tests.support import daemon_env, emulator_config

@@ -25,9 +25,9 @@ import uvicorn
 
 from daemon.app import running
 from daemon.emulator import create_app
-from daemon.logs import configure_logging
+from daemon.foundation.logs import configure_logging
+from daemon.http.serving import bind, serve_until_stopped
 from daemon.pipeline import Tuning
-from daemon.serving import bind, serve_until_stopped
 from daemon.settings import Settings, load_settings
 from daemon.upstream import BreakerPolicy, RetryPolicy
 from tests.support import callback_json, daemon_env, emulator_config, signed

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from daemon.http.serving import serve_in_thread
 from daemon.notify.delivery import NotifyTiming
-from daemon.serving import serve_in_thread
 
 # Short but real waits: an attempt times out in a second, retries come within 200 ms.
 FAST_NOTIFY = NotifyTiming(

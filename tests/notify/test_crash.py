@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 
 from daemon.emulator import create_app
+from daemon.http.serving import serve_in_thread
 from daemon.notify.summary import idempotency_key
-from daemon.serving import serve_in_thread
 from tests.notify.support import Receiver, notify_rule, receiving
 from tests.processes import Served, serving
 from tests.support import callback_json, emulator_config, signed, wait_for, workflows

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from daemon.emulator import Emulator, create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.processes import emulator_process
 from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.emulator.support import Sink
 from tests.pipeline.support import Harness, dlq_ids_of, harness
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.pipeline.support import BULK_PATHS, assert_recovered_once, dlq_ids_of
 from tests.processes import Served, serving
 from tests.support import callback_json, emulator_config, faults_taken, signed, wait_for, workflows

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.emulator.support import Sink
 from tests.pipeline.support import Harness, assert_recovered_once, harness
 from tests.support import TOKEN, callback_json, workflows

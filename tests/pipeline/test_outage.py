@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.pipeline.support import RESUME_ALL, assert_recovered_once
 from tests.processes import Served, serving
 from tests.support import PASSWORD, TOKEN, callback_json, emulator_config, signed, workflows

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from daemon.upstream import MAX_BULK
 from tests.pipeline.support import (
     BULK_PATHS,

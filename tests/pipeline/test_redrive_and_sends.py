@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from daemon.store import Callback
 from daemon.store.records import Outcome
 from daemon.store.sqlite import SQLiteStore

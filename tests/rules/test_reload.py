@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from daemon.emulator import create_app
+from daemon.http.serving import serve
 from daemon.metrics import Metrics
 from daemon.rules.live import LiveRules
-from daemon.serving import serve
 from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd, workflows
 
 RULES = """\

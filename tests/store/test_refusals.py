@@ -6,7 +6,7 @@ from __future__ import annotations
 from daemon.store import Store
 from daemon.store.postgres import schema
 from daemon.store.records import Claimed, Outcome, State
-from daemon.store.sqlite_pipeline import REFUSALS
+from daemon.store.sqlite.pipeline import REFUSALS
 from tests.store.support import OWNER, OpenStore, received
 
 NOW = 3_000.0

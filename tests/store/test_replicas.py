@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from daemon.metrics import Metrics
-from daemon.replicas import Heartbeat, share_of
+from daemon.runtime.replicas import Heartbeat, share_of
 from daemon.store import Store
 from daemon.store.records import Outcome, Replica
 from daemon.upstream import RateLimiter
+from tests.store.postgres.test_store import replicas
 from tests.store.support import ACTION, OVERRIDES, OpenStore, batched, received, settled
-from tests.store.test_postgres import replicas
 
 NOW = 2_000.0
 LEASE = 30.0

@@ -13,7 +13,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.processes import environ
 from tests.support import PASSWORD, TOKEN, USERNAME, emulator_config
 from tests.sweeps.support import interleaved, matching, not_matching, split, sweep_rules

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from daemon.emulator import create_app
-from daemon.serving import serve_in_thread
+from daemon.http.serving import serve_in_thread
 from tests.processes import serving
 from tests.support import emulator_config, wait_for
 from tests.sweeps.support import RESTART, interleaved, matching, not_matching, split, sweep_rules

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self, TypeVar
 
 import psycopg
 import psycopg_pool
 import structlog
 
-from daemon.store import Added, Callback, StoreMissing, StoreUnavailable
-from daemon.store.group_commit import GroupCommit
+from daemon.foundation.urls import without_credentials
+from daemon.store.facade import Facade
+from daemon.store.interface import Added, Callback, StoreMissing, StoreUnavailable
 from daemon.store.postgres import (
     endpoints,
     notify,
@@ -39,58 +40,31 @@ from daemon.store.postgres import replicas as members
 from daemon.store.postgres.db import Connection
 from daemon.store.postgres.schema import MIGRATION_LOCK, MIGRATIONS
 from daemon.store.postgres.singleton import AdvisoryLock
-from daemon.store.records import (
-    BatchRecord,
-    Claimed,
-    LearnedRate,
-    NotificationJob,
-    NotificationResult,
-    Outcome,
-    Pending,
-    Replica,
-    Rotation,
-    RotationResult,
-    Settled,
-    check_final,
-)
-from daemon.store.removals import Removal, RemovalResult
-from daemon.store.sqlite_retention import dedup_key
-from daemon.store.sweep_records import PageOutcome, SweepResult, SweepRun
-from daemon.urls import without_credentials
+from daemon.store.records import Replica, dedup_key
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
 
-class PostgresStore:
+class PostgresStore(Facade):
     """The Store of daemon.store over PostgreSQL. Open it with `PostgresStore.open`."""
 
     shared = True
+    _pipeline, _notify, _retention, _rotations = pipeline, notify, retention, rotations
+    _rate, _sweeps, _endpoints = rate, sweeps, endpoints
 
     def __init__(
         self,
         pool: psycopg_pool.AsyncConnectionPool[Connection],
         url: str,
         shown_url: str,
-        *,
-        observe_commit: Callable[[int], None] | None,
-        max_pending: int,
-        commit_timeout: float,
-        read_timeout: float,
+        **options: Any,
     ) -> None:
         self._pool = pool
         self._url = url
         self._shown_url = shown_url
-        self._commit_timeout = commit_timeout
-        self._read_timeout = read_timeout
         self._problem: str | None = None
-        self._callbacks = GroupCommit(
-            self._insert,
-            failed=self._commit_failed,
-            observe_commit=observe_commit,
-            max_pending=max_pending,
-            commit_timeout=commit_timeout,
-        )
+        super().__init__(**options)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -155,37 +129,11 @@ class PostgresStore:
             commit_timeout=commit_timeout,
             read_timeout=read_timeout,
         )
-        store._callbacks.start()
-        watcher = asyncio.create_task(store._watch(health_interval), name="recoveryd-pg-health")
-        try:
+        async with store._running(health_interval, "recoveryd-pg-health"):
             yield store
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            await store._callbacks.close()
-            await pool.close()
 
-    def add_callback(self, callback: Callback) -> asyncio.Future[Added]:
-        if self._problem is not None and not self._callbacks.closing:
-            # Refused at once while the server is away, not queued to time out: the
-            # service retries; the health timer clears the problem once it is back.
-            raise StoreUnavailable(self._problem)
-        return self._callbacks.add(callback)
-
-    async def get_callback(self, dlq_id: str) -> Callback | None:
-        async def read(connection: Connection) -> tuple[Any, ...] | None:
-            cursor = await connection.execute(
-                "SELECT dlq_id, body, received_at, verified FROM callbacks WHERE dlq_id = %s",
-                (dlq_id,),
-            )
-            return await cursor.fetchone()
-
-        row = await self._run(read)
-        return None if row is None else Callback(row[0], bytes(row[1]), row[2], row[3])
-
-    async def inbox_depth(self) -> int:
-        return await self._run(pipeline.inbox_depth)
+    async def _close(self, *, finished: bool) -> None:
+        await self._pool.close()
 
     async def ping(self) -> None:
         await self._run(_select_one)
@@ -198,77 +146,6 @@ class PostgresStore:
     async def size_bytes(self) -> int:
         """The store's tables with their indexes and TOAST, in bytes."""
         return await self._run(_size)
-
-    # -- the pipeline's states (pipeline.py has the statements) ---------------
-
-    async def claim(
-        self, owner: str, limit: int, lease: float, now: float, *, bodies: bool = False
-    ) -> list[Claimed]:
-        return await self._write(lambda c: pipeline.claim(c, owner, limit, lease, now, bodies))
-
-    async def settle(self, owner: str, outcomes: list[Outcome], now: float) -> Settled:
-        return await self._write(lambda c: pipeline.settle(c, owner, outcomes, now))
-
-    async def retry_now(self, now: float, limit: int | None = None) -> int:
-        return await self._write(lambda c: pipeline.retry_now(c, now, limit))
-
-    async def pending(self, owner: str | None = None) -> list[Pending]:
-        return await self._write(lambda c: pipeline.pending(c, owner))
-
-    async def open_batch(
-        self, action: str, overrides: str, dlq_ids: list[str], now: float, owner: str | None = None
-    ) -> BatchRecord | None:
-        return await self._write(
-            lambda c: pipeline.open_batch(c, action, overrides, dlq_ids, now, owner)
-        )
-
-    async def mark_sending(self, batch_id: int, now: float, owner: str | None = None) -> bool:
-        return await self._write(lambda c: pipeline.mark_sending(c, batch_id, now, owner))
-
-    async def settle_batch(
-        self,
-        batch_id: int,
-        *,
-        done: Sequence[str] = (),
-        again: Sequence[str] = (),
-        failed: Sequence[str] = (),
-        gone: Sequence[str] = (),
-        reason: str | None = None,
-        runs: Sequence[dict[str, Any]] = (),
-        calls: Sequence[dict[str, Any]] = (),
-        sent: bool,
-        now: float,
-    ) -> Settled:
-        async def settle(connection: Connection) -> Settled:
-            return await pipeline.settle_batch(
-                connection, batch_id, done=done, again=again, failed=failed, gone=gone,
-                reason=reason, runs=runs, calls=calls, sent=sent, now=now,
-            )  # fmt: skip
-
-        return await self._write(settle)
-
-    async def unsettled_batches(self, owner: str | None = None) -> list[BatchRecord]:
-        return await self._write(lambda c: pipeline.unsettled_batches(c, owner))
-
-    # -- replicas (replicas.py, singleton.py) ------------------------------------
-
-    def singleton_lock(self, replica: str | None = None) -> AdvisoryLock:
-        return AdvisoryLock(self._url, name=replica)
-
-    async def singleton_holder(self) -> str | None:
-        return await self._run(singleton.holder)
-
-    async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
-        return await self._write(lambda c: members.heartbeat(c, replica, lease, now))
-
-    async def leave(self, replica: str) -> None:
-        await self._write(lambda c: members.leave(c, replica))
-
-    async def replicas(self, now: float) -> list[Replica]:
-        return await self._run(lambda c: members.alive(c, now))
-
-    async def sends(self, dlq_ids: list[str]) -> dict[str, int]:
-        return await self._run(lambda c: pipeline.sends(c, dlq_ids))
 
     async def record(self, dlq_id: str) -> dict[str, Any] | None:
         async def read(connection: Connection) -> dict[str, Any] | None:
@@ -287,88 +164,31 @@ class PostgresStore:
 
         return await self._run(read)
 
-    async def redrive(
-        self,
-        *,
-        states: Sequence[str] = ("failed",),
-        rule: str | None = None,
-        since: float | None = None,
-        now: float,
-        apply: bool,
-    ) -> list[str]:
-        check_final(states)  # ValueError now, before any query
-        work = lambda c: pipeline.redrive(c, states, rule, since, now, apply)  # noqa: E731
-        return await (self._write(work) if apply else self._run(work))
+    # -- replicas (replicas.py, singleton.py) ------------------------------------
 
-    # -- notifications (notify.py) --------------------------------------------
+    def singleton_lock(self, replica: str | None = None) -> AdvisoryLock:
+        return AdvisoryLock(self._url, name=replica)
 
-    async def due_notifications(
-        self, now: float, limit: int, skip_receivers: Sequence[str] = ()
-    ) -> list[NotificationJob]:
-        return await self._run(lambda c: notify.due(c, now, limit, skip_receivers))
+    async def singleton_holder(self) -> str | None:
+        return await self._run(singleton.holder)
 
-    async def begin_notification_attempt(
-        self, notification_id: int, now: float, retry_at: float
-    ) -> int | None:
-        return await self._write(lambda c: notify.begin_attempt(c, notification_id, now, retry_at))
+    async def heartbeat(self, replica: str, lease: float, now: float) -> list[str]:
+        return await self._write(members.heartbeat, replica, lease, now)
 
-    async def finish_notification_attempt(
-        self,
-        notification_id: int,
-        result: NotificationResult,
-        *,
-        status: int | None,
-        reason: str,
-        next_at: float | None,
-        now: float,
-    ) -> bool:
-        async def finish(connection: Connection) -> bool:
-            return await notify.finish_attempt(
-                connection, notification_id, result, status=status, reason=reason,
-                next_at=next_at, now=now,
-            )  # fmt: skip
+    async def leave(self, replica: str) -> None:
+        await self._write(members.leave, replica)
 
-        return await self._write(finish)
+    async def replicas(self, now: float) -> list[Replica]:
+        return await self._read(members.alive, now)
 
-    # -- retention (retention.py) ---------------------------------------------
-
-    async def prune(self, *, before: float, now: float, dedup_for: float, chunk: int = 200) -> int:
-        """Delete the records final since before `before` (and the batches of none but
-        them), `chunk` to a transaction so that no transaction holds many rows' locks,
-        keeping a key of each for `dedup_for` seconds; forget the keys kept long enough.
-        How many records were deleted. (autovacuum reclaims the space.)"""
-        until = now + dedup_for
-        pruned = 0
-        while True:
-            deleted = await self._write(
-                lambda c: retention.prune_chunk(c, before=before, until=until, chunk=chunk)
-            )
-            pruned += deleted
-            if deleted < chunk:
-                break
-        while await self._write(lambda c: retention.expire_chunk(c, now=now, chunk=chunk)):
-            pass
-        return pruned
-
-    # -- token rotations (rotations.py) ---------------------------------------
-
-    async def begin_rotation(self, now: float) -> int | None:
-        return await self._write(lambda c: rotations.begin(c, now))
-
-    async def finish_rotation(
-        self, rotation_id: int, result: RotationResult, reason: str | None, now: float
-    ) -> None:
-        await self._write(lambda c: rotations.finish(c, rotation_id, result, reason, now))
-
-    async def resolve_lockout(self, now: float) -> None:
-        await self._write(lambda c: rotations.resolve_lockout(c, now))
+    # -- the credentials, sealed (account/vault.py; rotations.py) --------------------
 
     async def load_credentials(self) -> bytes | None:
         """The sealed credentials (account/vault.py), None before the first save."""
-        return await self._run(rotations.load_credentials)
+        return await self._read(rotations.load_credentials)
 
     async def save_credentials(self, sealed: bytes, rotation: int | None, now: float) -> None:
-        await self._write(lambda c: rotations.save_credentials(c, sealed, rotation, now))
+        await self._write(rotations.save_credentials, sealed, rotation, now)
 
     async def replace_credentials(self, sealed: bytes, now: float) -> bool:
         """Save `sealed` (an operator's token) unless a rotation is under way."""
@@ -382,169 +202,22 @@ class PostgresStore:
         return await self._write(replace)
 
     async def reseal_credentials(self, rewrite: Callable[[bytes], bytes], now: float) -> bool:
-        return await self._write(lambda c: rotations.reseal_credentials(c, rewrite, now))
+        return await self._write(rotations.reseal_credentials, rewrite, now)
 
-    async def unless_rotating(self, write: Callable[[], None]) -> bool:
-        async def hold(connection: Connection) -> bool:
-            if not await rotations.hold_rotations(connection):
-                return False
-            await asyncio.to_thread(write)  # a file's write and fsync, off the event loop
-            return True
+    async def _read(self, work: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+        return await self._run(lambda c: work(c, *args, **kwargs))
 
-        return await self._write(hold)
-
-    async def latest_rotation(self) -> Rotation | None:
-        return await self._run(rotations.latest)
-
-    async def last_rotation_success(self) -> float | None:
-        return await self._run(rotations.last_success_at)
-
-    async def last_rotation_failure(self) -> float | None:
-        return await self._run(rotations.last_failure_at)
-
-    # -- the account's learned rate limit (rate.py) ------------------------------
-
-    async def learned_rate(self) -> LearnedRate | None:
-        return await self._run(rate.load)
-
-    async def save_learned_rate(self, learned: LearnedRate) -> None:
-        await self._write(lambda c: rate.save(c, learned))
-
-    # -- sweep runs (sweeps.py) -------------------------------------------------
-
-    async def begin_sweep_run(
-        self,
-        sweep: str,
-        *,
-        action: str,
-        dry_run: bool,
-        filter: dict[str, Any],
-        overrides: dict[str, Any] | None,
-        max_per_run: int,
-        now: float,
-    ) -> int | None:
-        async def begin(connection: Connection) -> int | None:
-            return await sweeps.begin_run(
-                connection, sweep, action=action, dry_run=dry_run, filter=filter,
-                overrides=overrides, max_per_run=max_per_run, now=now,
-            )  # fmt: skip
-
-        return await self._write(begin)
-
-    async def begin_sweep_page(
-        self, run_id: int, page: int, *, count: int, cursor: str | None, now: float
-    ) -> None:
-        await self._write(
-            lambda c: sweeps.begin_page(c, run_id, page, count=count, cursor=cursor, now=now)
-        )
-
-    async def settle_sweep_page(
-        self,
-        run_id: int,
-        page: int,
-        *,
-        outcome: PageOutcome,
-        items: Sequence[dict[str, Any]] = (),
-        next_cursor: str | None = None,
-        error: str | None = None,
-        now: float,
-    ) -> None:
-        async def settle(connection: Connection) -> None:
-            await sweeps.settle_page(
-                connection, run_id, page, outcome=outcome, items=items,
-                next_cursor=next_cursor, error=error, now=now,
-            )  # fmt: skip
-
-        await self._write(settle)
-
-    async def finish_sweep_run(
-        self, run_id: int, result: SweepResult, error: str | None, now: float
-    ) -> None:
-        await self._write(lambda c: sweeps.finish_run(c, run_id, result, error, now))
-
-    async def close_interrupted_sweep_runs(
-        self, now: float, sweep: str | None = None
-    ) -> list[SweepRun]:
-        return await self._write(lambda c: sweeps.close_interrupted(c, now, sweep))
-
-    async def sweep_runs(self, sweep: str, limit: int) -> list[SweepRun]:
-        return await self._run(lambda c: sweeps.runs(c, sweep, limit))
-
-    async def last_sweep_successes(self) -> dict[str, float]:
-        return await self._run(sweeps.last_successes)
-
-    # -- endpoint removals (endpoints.py; failures are counted by settle) ------
-
-    async def removals_due(self, now: float) -> list[Removal]:
-        return await self._run(lambda c: endpoints.due(c, now))
-
-    async def defer_removal(
-        self,
-        removal_id: int,
-        *,
-        reason: str,
-        retry_at: float,
-        tried: bool = True,
-        calls: Sequence[dict[str, Any]],
-        now: float,
-    ) -> None:
-        await self._write(lambda c: endpoints.defer(
-            c, removal_id, reason=reason, retry_at=retry_at, tried=tried, calls=calls,
-            now=now))  # fmt: skip
-
-    async def intend_removal(
-        self,
-        removal_id: int,
-        *,
-        name: str | None,
-        url: str | None,
-        max_per_hour: int,
-        calls: Sequence[dict[str, Any]],
-        now: float,
-    ) -> Removal | None:
-        return await self._write(lambda c: endpoints.intend(
-            c, removal_id, name=name, url=url, max_per_hour=max_per_hour, calls=calls,
-            now=now))  # fmt: skip
-
-    async def finish_removal(
-        self,
-        removal_id: int,
-        result: RemovalResult,
-        reason: str,
-        *,
-        calls: Sequence[dict[str, Any]],
-        now: float,
-    ) -> bool:
-        return await self._write(
-            lambda c: endpoints.finish(c, removal_id, result, reason, calls=calls, now=now)
-        )
-
-    async def removals(self, group: str | None = None) -> list[dict[str, Any]]:
-        return await self._run(lambda c: endpoints.listed(c, group))
-
-    async def begin_restore(self, group: str, name: str, now: float) -> Removal:
-        return await self._write(lambda c: endpoints.begin_restore(c, group, name, now))
-
-    async def finish_restore(
-        self,
-        removal_id: int,
-        *,
-        restored: bool,
-        reason: str,
-        calls: Sequence[dict[str, Any]],
-        now: float,
-    ) -> None:
-        await self._write(lambda c: endpoints.finish_restore(
-            c, removal_id, restored=restored, reason=reason, calls=calls, now=now))  # fmt: skip
-
-    async def _write(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+    async def _write(self, work: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
         """`work` in one transaction, within commit_timeout."""
 
         async def transaction(connection: Connection) -> T:
             async with connection.transaction():
-                return await work(connection)
+                return await work(connection, *args, **kwargs)
 
         return await self._run(transaction, seconds=self._commit_timeout)
+
+    # Reading what waits takes over the work of the replicas gone: a write.
+    _adopting = _write
 
     async def _run(
         self, query: Callable[[Connection], Awaitable[T]], *, seconds: float | None = None

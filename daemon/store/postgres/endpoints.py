@@ -1,5 +1,5 @@
 """Endpoint failures and removals over the PostgreSQL store (see `removals.py` for the
-states, and `sqlite_endpoints.py`, whose semantics these functions share exactly).
+states, and `sqlite/endpoints.py`, whose semantics these functions share exactly).
 
 Plain async functions of a connection, run by `PostgresStore` inside a transaction for
 writes. A failure is counted in the transaction that settles its dlqId's decision
@@ -33,10 +33,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from daemon.durations import shown_duration
+from daemon.foundation.durations import shown_duration
+from daemon.foundation.words import plural
 from daemon.store import removals
 from daemon.store.postgres.db import Connection, jsonb
-from daemon.store.records import Outcome, State, decoded
+from daemon.store.records import EndpointFailure, Outcome, State, decoded
 from daemon.store.removals import (
     COLUMNS,
     COUNTED_SQL,
@@ -45,13 +46,11 @@ from daemon.store.removals import (
     LISTED_COLUMNS,
     OPEN,
     OPEN_SQL,
-    EndpointFailure,
     Evidence,
     Removal,
     RemovalResult,
     shown,
 )
-from daemon.words import plural
 
 # The advisory lock under which the removals of the last hour are counted against the
 # cap and an intent recorded: "removals" in ASCII (schema.MIGRATION_LOCK is another).

@@ -1,6 +1,6 @@
 """Which workflow a failed run belongs to, over the PostgreSQL store.
 
-The same lines as the SQLite store's (see `daemon.store.sqlite_lineage` for why and how):
+The same lines as the SQLite store's (see `daemon.store.sqlite.lineage` for why and how):
 a dlqId's `workflow_key` is the run id of the first failure of its line, found through
 the runs that a batch's call created (`recovered_runs`). A batch's dlqIds are `jsonb`
 here, read member by member with `jsonb_array_elements_text`.

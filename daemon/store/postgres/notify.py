@@ -1,6 +1,6 @@
 """The notifications' statements over the PostgreSQL store: the outbox of the notify action.
 
-The same outbox as the SQLite store's (see `daemon.store.sqlite_notify` for why it is
+The same outbox as the SQLite store's (see `daemon.store.sqlite.notify` for why it is
 made so): queued by `settle` in the decision's own transaction (`enqueue`), one row per
 (dlqId, rule), each attempt counted before it goes out (`begin_attempt`). Rows go with
 their dlqId by the foreign key's ON DELETE CASCADE (SQLite has a trigger), and a pending
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon.store.postgres.db import Connection, jsonb
-from daemon.store.records import Notice, NotificationJob, NotificationResult
+from daemon.store.records import AttemptEnd, Notice, NotificationJob, NotificationResult
 
 # For retention's delete: a record whose notification is still pending is not pruned.
 HELD = (
@@ -99,19 +99,11 @@ async def begin_attempt(
     return None if row is None else int(row[0])
 
 
-async def finish_attempt(
-    connection: Connection,
-    notification_id: int,
-    result: NotificationResult,
-    *,
-    status: int | None,
-    reason: str,
-    next_at: float | None,
-    now: float,
-) -> bool:
+async def finish_attempt(connection: Connection, notification_id: int, end: AttemptEnd) -> bool:
     """Record an attempt's outcome: `sent`, `failed`, or `retry` at `next_at`. When the
     notification ends, its dlqId's record says so: a dlqId its notify rule decided ends
     `failed` with the reason if it cannot be delivered (True then)."""
+    result, status, reason, next_at, now = end.result, end.status, end.reason, end.next_at, end.now
     if result == "retry":
         await connection.execute(
             "UPDATE notifications SET last_status = %s, reason = %s, next_at = %s "

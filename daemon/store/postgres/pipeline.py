@@ -2,7 +2,7 @@
 
 Async functions of a connection, run by `PostgresStore` inside a transaction (`_write`)
 or outside one (`_run`, autocommit reads). The semantics are the SQLite store's
-(`daemon.store.sqlite_pipeline`, and `records.py` for the states); what differs is what
+(`daemon.store.sqlite.pipeline`, and `records.py` for the states); what differs is what
 several replicas sharing one database need, at READ COMMITTED:
 
 * claim skips the rows another replica is claiming (`FOR UPDATE SKIP LOCKED`), so that
@@ -26,6 +26,7 @@ from daemon.store.postgres.db import Connection, jsonb
 from daemon.store.records import (
     STATES,
     UNFINISHED,
+    BatchEnd,
     BatchRecord,
     Claimed,
     Outcome,
@@ -304,20 +305,7 @@ async def mark_sending(
     return cursor.rowcount > 0
 
 
-async def settle_batch(
-    connection: Connection,
-    batch_id: int,
-    *,
-    done: Iterable[str] = (),
-    again: Iterable[str] = (),
-    failed: Iterable[str] = (),
-    gone: Iterable[str] = (),
-    reason: str | None = None,
-    runs: Sequence[dict[str, Any]] = (),
-    calls: Sequence[dict[str, Any]] = (),
-    sent: bool,
-    now: float,
-) -> Settled:
+async def settle_batch(connection: Connection, batch_id: int, end: BatchEnd) -> Settled:
     """Close a pending batch: its dlqIds `done`, decided `again` (to be sent in a later
     batch), or `failed` or `gone` with `reason`; returns those decided again, with their
     rules, and those it made failed. `sent`: the call may have reached the service, and
@@ -327,6 +315,8 @@ async def settle_batch(
 
     The batch's row is locked first: a second settle of it (another replica's) waits,
     then finds it settled, so its sends are counted once."""
+    done, again, failed, gone, reason = end.done, end.again, end.failed, end.gone, end.reason
+    runs, calls, sent, now = end.runs, end.calls, end.sent, end.now
     cursor = await connection.execute(
         "SELECT state, dlq_ids FROM batches WHERE id = %s FOR UPDATE", (batch_id,)
     )
@@ -462,6 +452,14 @@ async def _batches(connection: Connection, batch_ids: list[int]) -> list[dict[st
         if batch_id in found:  # a batch whose dlqIds were all pruned is pruned with them
             batches.append(records.batch_json(found[batch_id], records.decoded))
     return batches
+
+
+async def callback(connection: Connection, dlq_id: str) -> tuple[Any, ...] | None:
+    """The stored callback's row: dlqId, body, received_at, verified."""
+    cursor = await connection.execute(
+        "SELECT dlq_id, body, received_at, verified FROM callbacks WHERE dlq_id = %s", (dlq_id,)
+    )
+    return await cursor.fetchone()
 
 
 async def inbox_depth(connection: Connection) -> int:

@@ -1,5 +1,5 @@
 """The account's learned rate limit over the PostgreSQL store: one row, the latest learned,
-read by every replica (see `daemon.store.sqlite_rate`)."""
+read by every replica (see `daemon.store.sqlite.rate`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Retention over the PostgreSQL store: final records pruned in small transactions, each
 leaving a compact key behind so that exactly-once survives the pruning.
 
-Why a key, and which (`dedup_key`, the same function as SQLite's so that both stores
-keep the same keys): see `daemon.store.sqlite_retention`. Here the key is a `bigint`
+Why a key, and which (`records.dedup_key`, the same as SQLite's so that both stores
+keep the same keys): see `daemon.store.sqlite.retention`. Here the key is a `bigint`
 primary key. The space freed is reclaimed by autovacuum, not by the store.
 
 Several replicas may prune at once, beside the pipeline: a chunk locks the records it
@@ -17,8 +17,7 @@ from collections.abc import Iterable
 
 from daemon.store.postgres import lineage, notify
 from daemon.store.postgres.db import Connection
-from daemon.store.records import FINAL
-from daemon.store.sqlite_retention import dedup_key
+from daemon.store.records import FINAL, dedup_key
 
 _FINAL = ", ".join(f"'{state}'" for state in sorted(FINAL))  # literals: the index is used
 

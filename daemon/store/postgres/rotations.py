@@ -1,6 +1,6 @@
 """Token rotations over the PostgreSQL store: each one recorded before its reset is called.
 
-The same records as the SQLite store's (see `daemon.store.sqlite_rotations`). What
+The same records as the SQLite store's (see `daemon.store.sqlite.rotations`). What
 keeps two rotations from running at once is the unique index `rotations_under_way`
 (schema.py), not a read before the insert: two replicas could both read that none is
 under way, and both begin one.
@@ -8,6 +8,7 @@ under way, and both begin one.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from daemon.store.postgres.db import Connection
@@ -102,6 +103,15 @@ async def hold_rotations(connection: Connection) -> bool:
     await connection.execute("LOCK TABLE rotations IN SHARE ROW EXCLUSIVE MODE")
     cursor = await connection.execute("SELECT 1 FROM rotations WHERE result IS NULL")
     return await cursor.fetchone() is None
+
+
+async def unless_rotating(connection: Connection, write: Callable[[], None]) -> bool:
+    """Within the caller's transaction: `write` (a file's write and fsync, run off the
+    event loop) when no rotation is under way, none beginning meanwhile; whether it ran."""
+    if not await hold_rotations(connection):
+        return False
+    await asyncio.to_thread(write)
+    return True
 
 
 async def reseal_credentials(

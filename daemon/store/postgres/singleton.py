@@ -17,7 +17,7 @@ import contextlib
 import psycopg
 from psycopg import conninfo
 
-from daemon.store import StoreUnavailable
+from daemon.store.interface import StoreUnavailable
 from daemon.store.postgres.db import Connection
 
 # "rcvdjobs" in ASCII.

@@ -1,7 +1,7 @@
 """Sweep runs over the PostgreSQL store: each run, and each page of it, recorded before its
 call goes out and settled after (see `sweep_records.py` for the states).
 
-The same records as the SQLite store's (`daemon.store.sqlite_sweeps`). The unique index
+The same records as the SQLite store's (`daemon.store.sqlite.sweeps`). The unique index
 `sweep_runs_under_way` (schema.py) keeps one run of a sweep under way at a time, whichever
 replica begins it; a run's pages go with it (ON DELETE CASCADE). Only the latest
 `KEEP_RUNS` runs of each sweep are kept: older ones go when a run finishes.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from daemon.store.postgres.db import Connection, jsonb
@@ -23,7 +22,8 @@ from daemon.store.sweep_records import (
     LOST_ANSWER,
     PAGE_COLUMNS,
     RUN_COLUMNS,
-    PageOutcome,
+    PageEnd,
+    RunStart,
     SweepResult,
     SweepRun,
     interrupted_error,
@@ -32,17 +32,7 @@ from daemon.store.sweep_records import (
 )
 
 
-async def begin_run(
-    connection: Connection,
-    sweep: str,
-    *,
-    action: str,
-    dry_run: bool,
-    filter: dict[str, Any],
-    overrides: dict[str, Any] | None,
-    max_per_run: int,
-    now: float,
-) -> int | None:
+async def begin_run(connection: Connection, sweep: str, run: RunStart) -> int | None:
     """Record a run of `sweep` under way; None when one already is.
 
     Looked for first, as SQLite does, so that the usual refusal takes no id. The guard
@@ -50,6 +40,8 @@ async def begin_run(
     answer "one is under way", without an error that would end the caller's
     transaction. A run of the sweep that another replica has begun and not committed
     makes this insert wait for its end: committed, nothing is inserted."""
+    action, dry_run, filter, overrides = run.action, run.dry_run, run.filter, run.overrides
+    max_per_run, now = run.max_per_run, run.now
     cursor = await connection.execute(
         "SELECT 1 FROM sweep_runs WHERE sweep = %s AND result IS NULL", (sweep,)
     )
@@ -83,19 +75,11 @@ async def begin_page(
     )
 
 
-async def settle_page(
-    connection: Connection,
-    run_id: int,
-    page: int,
-    *,
-    outcome: PageOutcome,
-    items: Sequence[dict[str, Any]],
-    next_cursor: str | None,
-    error: str | None,
-    now: float,
-) -> None:
+async def settle_page(connection: Connection, run_id: int, page: int, end: PageEnd) -> None:
     """What the page's call came to, and the run's totals with it (a no-op for a page
     already settled: the page's row lock makes a second settle wait, then find it so)."""
+    outcome, items, now = end.outcome, end.items, end.now
+    next_cursor, error = end.next_cursor, end.error
     cursor = await connection.execute(
         "UPDATE sweep_pages SET outcome = %s, items = %s, next_cursor = %s, error = %s, "
         "answered_at = %s WHERE run_id = %s AND page = %s AND outcome = 'sending'",
@@ -162,10 +146,8 @@ async def _close(connection: Connection, run: SweepRun, now: float) -> None:
     sending = await cursor.fetchone()
     error = interrupted_error(run, sending)
     if sending is not None:
-        await settle_page(
-            connection, run.id, sending[0], outcome="unknown", items=(), next_cursor=None,
-            error=LOST_ANSWER, now=now,
-        )  # fmt: skip
+        lost = PageEnd("unknown", now, error=LOST_ANSWER)
+        await settle_page(connection, run.id, sending[0], lost)
     await finish_run(connection, run.id, "interrupted", error, now)
 
 

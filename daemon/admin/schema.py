@@ -1,0 +1,117 @@
+"""The admin listener's answers, as its OpenAPI document publishes them (docs/api.md).
+
+Documentation only: the routes build their JSON themselves, and these models say what
+that JSON holds. Deeply nested parts (a record's calls, batches and history) stay open
+objects here; docs/api.md describes them field by field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.json_schema import SkipJsonSchema
+
+from daemon.http.errors import Error
+from daemon.store.records import RotationResult, State
+
+
+class DlqRecord(BaseModel):
+    """`GET /api/v1/dlq/{dlqId}`: everything known about one dlqId."""
+
+    dlqId: str
+    state: State
+    reason: str | None
+    rule: str | None
+    action: str | None
+    matchedRules: list[str]
+    overrides: dict[str, Any] | None
+    workflowRunId: str | None
+    wouldCall: dict[str, Any] | None
+    fetchAttempts: int
+    fetchRefusals: int
+    sends: int
+    calls: list[dict[str, Any]]
+    batches: list[dict[str, Any]]
+    notifications: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    receivedAt: float
+    decidedAt: float | None
+    updatedAt: float
+
+
+class Rotation(BaseModel):
+    """One token rotation; `result` is null while it is under way."""
+
+    id: int
+    startedAt: float
+    finishedAt: float | None
+    result: RotationResult | None
+    reason: str | None
+    resolvedAt: float | None
+
+
+class RulesVersion(BaseModel):
+    sha256: str
+    rules: int
+    sweeps: int
+    source: str
+
+
+class ReplicaStatus(BaseModel):
+    """A replica alive (on SQLite, this daemon alone)."""
+
+    id: str
+    startedAt: float
+    seenAt: float  # its last heartbeat
+    share: float  # its part of the account's rate limit, 0 to 1
+    self: bool  # the daemon that answers
+
+
+class DaemonStatus(BaseModel):
+    """`GET /api/v1/status`."""
+
+    model_config = ConfigDict(extra="allow")  # each status part adds its keys (`sweeps`)
+
+    states: dict[State, int]
+    pendingBatches: int
+    oldestPendingSeconds: float
+    notifications: dict[str, int]
+    lastTokenRotation: Rotation | None
+    token: dict[str, Any]
+    upstream: dict[str, Any]
+    rules: RulesVersion
+    replicas: list[ReplicaStatus]
+    singletonHolder: str | None  # the replica that runs the singleton jobs
+
+
+class Redriven(BaseModel):
+    status: Literal["redriven", "dry-run"]
+    count: int
+    dlqIds: list[str]  # the first 1,000; `count` is whole
+
+
+class Reloaded(BaseModel):
+    status: Literal["reloaded"]
+    sha256: str
+    rules: int
+
+
+class ReloadRefused(Error):
+    problems: list[str] | SkipJsonSchema[None] = None  # for a file read but invalid
+
+
+class Rotated(BaseModel):
+    status: Literal["rotated"]
+    rotation: Rotation
+
+
+class RotationFailed(Error):
+    rotation: Rotation
+
+
+class CredentialsReloaded(BaseModel):
+    """`POST /-/reload-credentials`: whether the saved token was new and is now in use."""
+
+    status: Literal["taken", "unchanged"]
+    lockedOut: bool
