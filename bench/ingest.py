@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from bench import pyspy
+from bench import pyspy, servers
 from bench.loadgen import LoadError, Round, run_round
 from bench.options import positive_int
 from bench.postgres import PostgresServer, Unavailable, durable_server
@@ -58,7 +58,6 @@ from bench.servers import (
     Server,
     ServerError,
     bare_server,
-    checkout,
     log_tail,
     naive_server,
     raw_server,
@@ -496,10 +495,11 @@ def start_recoveryds(
 def start_against(up: contextlib.ExitStack, workdir: Path, revision: str) -> Stored:
     """`recoveryd serve` as it was at `revision`, on a SQLite store of its own, stopped
     with `up`."""
-    tree = up.enter_context(checkout(revision, workdir))
+    rev = up.enter_context(servers.revision(revision, workdir))
     store = workdir / "against.db"
-    name = f"recoveryd @{revision[:10]}"
-    server = up.enter_context(recoveryd_server(workdir, store, SIGNING_KEY, name=name, repo=tree))
+    server = up.enter_context(
+        recoveryd_server(workdir, store, SIGNING_KEY, name=rev.name, repo=rev.tree)
+    )
     return Stored(server, lambda: stored_dlq_ids(store))
 
 

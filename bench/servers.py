@@ -1,4 +1,4 @@
-"""The servers bench.ingest measures, each its own process on a free loopback port."""
+"""The servers the benchmarks measure, each its own process on a free loopback port."""
 
 from __future__ import annotations
 
@@ -200,6 +200,27 @@ def checkout(revision: str, workdir: Path) -> Iterator[Path]:
         yield tree
     finally:
         subprocess.run([*git, "remove", "--force", str(tree)], capture_output=True)
+
+
+@dataclass(frozen=True)
+class Revision:
+    """recoveryd's source as it was at a git revision, checked out (`revision`): a
+    benchmark's `--against`, started with `recoveryd_server(..., name=rev.name,
+    repo=rev.tree)` beside this tree's in the same rounds."""
+
+    revision: str
+    tree: Path
+
+    @property
+    def name(self) -> str:
+        return f"recoveryd @{self.revision[:10]}"
+
+
+@contextlib.contextmanager
+def revision(revision: str, workdir: Path) -> Iterator[Revision]:
+    """`revision` checked out under `workdir` (`checkout`), removed at the end."""
+    with checkout(revision, workdir) as tree:
+        yield Revision(revision, tree)
 
 
 @contextlib.contextmanager
