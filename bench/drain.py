@@ -40,6 +40,14 @@ within EPISODE_GAP seconds of the one before); the target is one episode, and a 
 rate >= 85% of the theoretical limit. `--service announcing` (the default) is the
 emulator as the service documents itself: the limit on every answer, fixed windows.
 
+With `--against REVISION`, recoveryd as it was at a git revision (a worktree of it,
+bench/servers.py's `revision`, as bench.ingest's `--against`) drains the same backlog
+too: the same entries, rate, rules and options, the emulator reset, a fresh recoveryd
+each time. Over `--rounds` (2 then, 1 otherwise) the two take turns going first, so
+that drift on a noisy machine hits both; each one's drain rate (runs/s) and calls per
+run are printed, median of its rounds, and this tree's rate over the revision's. The
+naive loop is skipped then, to keep the run short.
+
 Every figure of calls comes from the emulator's journal and stats, every resumed run
 is checked against the seeded dlqIds, or the run fails with status 1.
 Targets, `--fetch always`: drain rate >= 90% of the theoretical limit, < 1.05 upstream
@@ -50,6 +58,7 @@ Run: python -m bench.drain [--entries N] [--rate N] [--naive-entries N] [--skip-
                            [--replicas N] [--store sqlite|postgres]
                            [--fetch always|needed] [--outage DURATION]
                            [--service announcing|silent]
+                           [--against REVISION] [--rounds N]
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -78,7 +88,7 @@ from bench.ingest import SIGNING_KEY, SignedCallbacks, log_problems
 from bench.loadgen import drive
 from bench.options import positive_int
 from bench.postgres import Unavailable, durable_server
-from bench.servers import HOST, Server, ServerError, _running, free_port, log_tail
+from bench.servers import HOST, Revision, Server, ServerError, _running, free_port, log_tail
 from daemon.foundation.durations import parse_duration
 from daemon.upstream import (
     MAX_BULK,
@@ -151,6 +161,8 @@ class Options:
     fetch: str = "always"  # RECOVERYD_FETCH
     outage: float | None = None  # seconds the service is down while the callbacks arrive
     service: str = "announcing"  # or "silent": the limit told on 429s only, a sliding second
+    rounds: int = 1  # drains by each recoveryd, the order alternating
+    against: str | None = None  # a git revision whose recoveryd drains the same backlog too
 
 
 @dataclass(frozen=True)
@@ -219,14 +231,21 @@ def emulator_server(workdir: Path, rate: int, service: str = "announcing") -> It
 
 
 @contextlib.contextmanager
-def recoveryd_servers(workdir: Path, service_url: str, options: Options) -> Iterator[list[Server]]:
+def recoveryd_servers(
+    workdir: Path,
+    service_url: str,
+    options: Options,
+    revision: Revision | None = None,
+    tag: str = "",
+) -> Iterator[list[Server]]:
     """`recoveryd serve` as shipped (production pipeline tuning), with the one-rule file:
-    one on SQLite, or `options.replicas` on one PostgreSQL store."""
+    one on SQLite, or `options.replicas` on one PostgreSQL store, each fresh; run from
+    `revision`'s tree if given (this one by default), `tag` naming its files apart."""
     rules = workdir / "rules.yaml"
     rules.write_text(RULES)
     with contextlib.ExitStack() as stack:
         if options.store == "sqlite":
-            store: Path | str = workdir / f"recoveryd-{options.fetch}.db"
+            store: Path | str = workdir / f"recoveryd-{options.fetch}{tag}.db"
             more: dict[str, str] = {}
         else:
             try:
@@ -238,12 +257,15 @@ def recoveryd_servers(workdir: Path, service_url: str, options: Options) -> Iter
             more = {"RECOVERYD_REPLICA_LEASE": "3s"}
         more["RECOVERYD_FETCH"] = options.fetch
         started = []
+        name, repo = (
+            (revision.name, revision.tree) if revision else ("recoveryd serve", servers.REPO)
+        )
         for number in range(options.replicas):
-            folder = workdir / f"{options.fetch}-replica-{number}"
+            folder = workdir / f"{options.fetch}{tag}-replica-{number}"
             folder.mkdir()
             started.append(stack.enter_context(servers.recoveryd_server(
-                folder, store, SIGNING_KEY, name=f"recoveryd serve #{number}",
-                service_url=service_url, rules=rules, token=TOKEN, more_settings=more,
+                folder, store, SIGNING_KEY, name=f"{name} #{number}", service_url=service_url,
+                rules=rules, token=TOKEN, more_settings=more, repo=repo,
             )))  # fmt: skip
         if options.store == "postgres":
             asyncio.run(all_see_each_other(started))
@@ -616,6 +638,21 @@ def print_comparison(recoveryd: Drain, other: Drain) -> None:
     )
 
 
+def print_against(this: Sequence[Measured], other: Sequence[Measured], revision: str) -> None:
+    """Each recoveryd's drain rate and calls per run, median of its rounds, and the ratio
+    of the rates: this tree's over the revision's."""
+    print(f"\nthis tree against {revision}, {len(this)} drains each, the order alternating:")
+    rates = []
+    for name, rounds in (("this tree", this), (f"recoveryd @{revision}", other)):
+        drains = [drain for drain, _, _ in rounds]
+        rate = statistics.median(drain.runs_per_second for drain in drains)
+        calls = statistics.median(drain.calls_per_run for drain in drains)
+        spread = ", ".join(f"{drain.runs_per_second:,.1f}" for drain in drains)
+        print(f"  {name:<24} {rate:7,.1f} runs/s  {calls:.3f} calls/run  (rounds: {spread})")
+        rates.append(rate)
+    print(f"ratio this tree / {revision}: {rates[0] / rates[1]:.3f} (drain rate, median of rounds)")
+
+
 def print_targets(drain: Drain, always: Drain | None, service: str = "announcing") -> None:
     if always is not None:
         speedup = drain.runs_per_second / always.runs_per_second
@@ -719,7 +756,9 @@ def report_exit(recoveryd: Server) -> None:
 
 
 def print_header(options: Options) -> None:
-    naive = "skipped" if options.skip_naive else f"{options.naive_entries:,} entries"
+    naive = f"{options.naive_entries:,} entries"
+    if options.skip_naive or options.against is not None:
+        naive = "skipped"
     store = "SQLite" if options.store == "sqlite" else "one PostgreSQL (fsync on)"
     always = (
         f"; RECOVERYD_FETCH=always beside it: {options.naive_entries:,} entries"
@@ -731,6 +770,11 @@ def print_header(options: Options) -> None:
         f"{options.rate} requests/s ({options.service} service); {options.replicas} recoveryd "
         f"on {store} with RECOVERYD_FETCH={options.fetch}{always}; naive baseline: {naive}"
     )
+    if options.against is not None:
+        print(
+            f"against recoveryd at {options.against}: {options.rounds} drains each, the same "
+            "backlog (the emulator reset), which goes first alternating"
+        )
     print(
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.2f} at start",
@@ -738,9 +782,10 @@ def print_header(options: Options) -> None:
     )
 
 
-async def measure(
-    emulator: Server, recoveryd: Sequence[Server], options: Options
-) -> tuple[Drain, Seen, Timeline]:
+Measured = tuple[Drain, Seen, Timeline]
+
+
+async def measure(emulator: Server, recoveryd: Sequence[Server], options: Options) -> Measured:
     """recoveryd's drain, its processes stopped after it (out of the next drain's way)."""
     async with httpx.AsyncClient(base_url=url_of(emulator), timeout=60) as control:
         measured = await drain_recoveryd(control, recoveryd, options)
@@ -754,26 +799,65 @@ async def measure_naive(emulator: Server, options: Options) -> Drain:
         return await drain_naive(control, url_of(emulator), options)
 
 
+def drain_rounds(
+    workdir: Path, emulator: Server, options: Options, revision: Revision | None
+) -> tuple[list[Measured], list[Measured]]:
+    """`options.rounds` drains of the same backlog (the emulator reset, a fresh recoveryd
+    each time) by this tree's recoveryd and, given `revision`, by that revision's, which
+    goes first alternating, so that drift on a noisy machine hits both alike."""
+    this: list[Measured] = []
+    other: list[Measured] = []
+    for number in range(1, options.rounds + 1):
+        sides = [(None, this), (revision, other)] if revision else [(None, this)]
+        for side, results in sides if number % 2 else reversed(sides):
+            tag = f"-{'against' if side else 'this'}-{number}"
+            with recoveryd_servers(workdir, url_of(emulator), options, side, tag) as recoveryd:
+                drain, seen, timeline = asyncio.run(measure(emulator, recoveryd, options))
+            if side is not None:
+                drain = dataclasses.replace(drain, name=f"@{side.revision[:9]}")
+            results.append((drain, seen, timeline))
+            if options.rounds > 1:
+                print(f"round {number}  {side.name if side else 'this tree':<20} "
+                      f"{drain.runs_per_second:7,.1f} runs/s  {drain.calls_per_run:.3f} "
+                      f"calls/run  {drain.seconds:.1f} s", flush=True)  # fmt: skip
+    return this, other
+
+
+def median_round(rounds: Sequence[Measured]) -> Measured:
+    """The round of the median drain rate (the lower of the middle two)."""
+    rates = [drain.runs_per_second for drain, _, _ in rounds]
+    return rounds[rates.index(statistics.median_low(rates))]
+
+
 def run(options: Options) -> None:
     print_header(options)
     with (
         tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp,
         emulator_server(Path(tmp), options.rate, options.service) as emulator,
+        contextlib.ExitStack() as up,
     ):
         workdir = Path(tmp)
-        with recoveryd_servers(workdir, url_of(emulator), options) as recoveryd:
-            drain, seen, timeline = asyncio.run(measure(emulator, recoveryd, options))
+        revision = None
+        if options.against is not None:
+            revision = up.enter_context(servers.revision(options.against, workdir))
+        this, other = drain_rounds(workdir, emulator, options, revision)
+        drain, seen, timeline = median_round(this)
         always = None
         if options.fetch == "needed":
             beside = dataclasses.replace(options, fetch="always", entries=options.naive_entries)
             with recoveryd_servers(workdir, url_of(emulator), beside) as recoveryd:
                 always = asyncio.run(measure(emulator, recoveryd, beside))[0]
-        naive = None if options.skip_naive else asyncio.run(measure_naive(emulator, options))
-    drains = [drain, *(d for d in (always, naive) if d is not None)]
+        skip_naive = options.skip_naive or options.against is not None
+        naive = None if skip_naive else asyncio.run(measure_naive(emulator, options))
+    against = median_round(other)[0] if other else None
+    drains = [drain, *(d for d in (against, always, naive) if d is not None)]
     print_table(drains)
     print_details(drain, seen, timeline)
-    for other in drains[1:]:
-        print_comparison(drain, other)
+    for baseline in (always, naive):
+        if baseline is not None:
+            print_comparison(drain, baseline)
+    if options.against is not None:
+        print_against(this, other, options.against)
     if options.outage is not None:
         print_outage_targets(drain, seen, options.outage)
     else:
@@ -809,6 +893,19 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         default="announcing",
         help="the limit on every answer, or only on 429s (counted in a sliding second)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=None,
+        help="drains by each recoveryd, the median reported (default: 1, 2 with --against)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REVISION",
+        help="also drain the same backlog with recoveryd as it was at this git revision (a "
+        "worktree), the order alternating over --rounds, and print this tree's drain rate "
+        "over it; the naive loop is skipped then, to keep the run short",
+    )
     args = parser.parse_args(argv)
     store = args.store or ("postgres" if args.replicas > 1 else "sqlite")
     if store == "sqlite" and args.replicas > 1:
@@ -823,6 +920,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         args.fetch,
         args.outage,
         args.service,
+        args.rounds or (2 if args.against else 1),
+        args.against,
     )
 
 

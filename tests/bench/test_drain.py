@@ -71,3 +71,22 @@ def test_a_service_telling_its_limit_on_429s_only_is_drained_and_its_429s_groupe
     assert re.search(r"^(PASS|MISS) +429s in one discovery episode", done.stdout, re.MULTILINE)
     verdicts = re.findall(r"^(PASS|MISS) ", done.stdout, re.MULTILINE)
     assert len(verdicts) == 3, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_against_a_revision_drains_the_same_backlog_with_both_and_prints_the_ratio() -> None:
+    """`--against HEAD`: that revision's recoveryd (a worktree) drains the same backlog
+    in the same run, rounds alternating, and this tree's rate over it is printed."""
+    done = run_bench(
+        "drain", "--against", "HEAD", "--entries", "200", "--rate", "100", "--skip-naive"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rounds = re.findall(r"^round (\d)  (this tree|recoveryd @HEAD) ", done.stdout, re.MULTILINE)
+    assert rounds == [
+        ("1", "this tree"), ("1", "recoveryd @HEAD"), ("2", "recoveryd @HEAD"), ("2", "this tree")
+    ], done.stdout  # fmt: skip
+    assert re.search(r"^always +200 +200 ", done.stdout, re.MULTILINE), done.stdout
+    assert re.search(r"^@HEAD +200 +200 ", done.stdout, re.MULTILINE), done.stdout
+    assert "recoveryd @HEAD #0: exit status 0" in done.stdout
+    assert re.search(r"^ratio this tree / HEAD: \d+\.\d{3} ", done.stdout, re.MULTILINE)
