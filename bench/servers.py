@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import signal
 import socket
@@ -85,11 +86,31 @@ def stat_cpu_seconds(fields: list[str], *, ended_children: bool = False) -> floa
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
+    """A loopback port nothing listens on right now, for a server started next to bind.
+    Chosen at random below the kernel's range of ephemeral ports: a port the kernel handed
+    out (bind to 0) may be given to an outgoing connection before the server binds it, and
+    a random one is seldom chosen twice by processes picking at once (the tests' workers)."""
+    first_ephemeral = _first_ephemeral_port()
+    for _ in range(100):
+        port = random.randrange(10_000, first_ephemeral)
+        with socket.socket() as sock:
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # all taken: whatever the kernel gives
         sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        given: int = sock.getsockname()[1]
+        return given
+
+
+def _first_ephemeral_port() -> int:
+    try:
+        low = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]
+        return max(int(low), 10_001)
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
 
 
 def log_tail(log: Path, lines: int = 10) -> str:

@@ -8,7 +8,6 @@ import contextlib
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from bench.servers import free_port
 from daemon.emulator import EmulatorConfig, create_app
 from daemon.http.serving import bind
 from tests.support import daemon_env
@@ -41,13 +41,6 @@ class Served:
 
     def logs(self) -> str:
         return self.log.read_text()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def environ(tmp_path: Path, **settings: str) -> dict[str, str]:

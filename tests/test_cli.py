@@ -6,7 +6,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from daemon.store import open_store
+from tests.processes import free_port
 from tests.store.support import settled
 
 RECOVERYD = [sys.executable, "-m", "daemon"]
@@ -43,13 +43,6 @@ def run_in(folder: Path, *args: str, **settings: str) -> subprocess.CompletedPro
 NO_DAEMON = {"ADMIN_LISTEN": "127.0.0.1:0"}
 # What restore-endpoint needs besides, to get as far as the store.
 SERVICE = {"SERVICE_URL": "http://127.0.0.1:9", "TOKEN": "tok_cli_tests"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_help_lists_the_commands() -> None:

@@ -18,7 +18,7 @@ from daemon.http.uvicorn_version import specifier, unsupported
 from tests.deploy.locks import RUNTIME_LOCK, installed_here
 from tests.processes import environ
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_installed_uvicorn_is_one_the_listener_is_tested_against() -> None:
