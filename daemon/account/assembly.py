@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import httpx
 import structlog
@@ -37,21 +38,42 @@ from daemon.upstream import (
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class Alone:
+    """The account without the rest of the daemon: its store, client, rotator, metrics."""
+
+    store: Store
+    client: ServiceClient
+    rotator: Rotator
+    metrics: Metrics
+
+
+@contextlib.asynccontextmanager
+async def account_alone(
+    settings: Settings, *, create: bool = True, http_timeout: float = 30.0
+) -> AsyncIterator[Alone]:
+    """The account as a command builds it when no daemon is running: the store (its
+    leases left alone; with `create` false, one serve never made is StoreMissing) and
+    the service client, with the credentials in force."""
+    metrics = Metrics(CollectorRegistry())
+    async with (
+        open_store(settings.STORE, release_leases=False, create=create) as store,
+        httpx.AsyncClient(timeout=http_timeout) as http,
+    ):
+        vault = vault_for(settings, store)
+        credentials, saved = await initial_credentials(settings, vault)
+        client, rotator = account(settings, http, store, metrics, vault, credentials, saved)
+        yield Alone(store, client, rotator, metrics)
+
+
 @contextlib.asynccontextmanager
 async def rotating_alone(
     settings: Settings, *, http_timeout: float = 30.0
 ) -> AsyncIterator[Rotator]:
     """A rotator without the rest of the daemon, for `recoveryd rotate-token` when no
-    daemon is running: the store (its leases left alone) and the service client."""
-    metrics = Metrics(CollectorRegistry())
-    async with (
-        open_store(settings.STORE, release_leases=False) as store,
-        httpx.AsyncClient(timeout=http_timeout) as http,
-    ):
-        vault = vault_for(settings, store)
-        credentials, saved = await initial_credentials(settings, vault)
-        _, rotator = account(settings, http, store, metrics, vault, credentials, saved)
-        yield rotator
+    daemon is running."""
+    async with account_alone(settings, http_timeout=http_timeout) as alone:
+        yield alone.rotator
 
 
 def vault_for(settings: Settings, store: Store | None) -> Vault | None:

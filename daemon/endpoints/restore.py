@@ -112,22 +112,12 @@ async def restore_now(settings: Settings, group: str, name: str) -> dict[str, An
 
 
 async def _restore_here(settings: Settings, group: str, name: str) -> dict[str, Any]:
-    from prometheus_client import CollectorRegistry
-
-    from daemon.account.assembly import account, initial_credentials, vault_for
+    from daemon.account.assembly import account_alone
     from daemon.settings import SettingsError
-    from daemon.store import open_store
 
-    metrics = Metrics(CollectorRegistry())
     try:
-        async with (
-            open_store(settings.STORE, release_leases=False, create=False) as store,
-            httpx.AsyncClient(timeout=30.0) as http,
-        ):
-            vault = vault_for(settings, store)
-            credentials, saved = await initial_credentials(settings, vault)
-            client, _ = account(settings, http, store, metrics, vault, credentials, saved)
-            return await restore(store, client, metrics, group, name)
+        async with account_alone(settings, create=False) as alone:
+            return await restore(alone.store, alone.client, alone.metrics, group, name)
     except (RestoreRefused, RestoreFailed, SettingsError) as exc:
         raise RemovalsError(str(exc)) from None
     except StoreUnavailable as exc:
