@@ -44,7 +44,7 @@ from daemon.runtime.supervisor import Supervisor
 from daemon.settings import ListenerLimits, Settings
 from daemon.store import Store, StoreUnavailable, open_store
 from daemon.sweeps import Sweeper, SweepRunner, SweepTiming, sweep_routes
-from daemon.upstream import BreakerPolicy, RetryPolicy, ServiceClient
+from daemon.upstream import BreakerPolicy, RetryPolicy, ServiceClient, service_http
 
 ASGIApp = Callable[..., Any]
 log = structlog.get_logger(__name__)
@@ -97,7 +97,7 @@ async def running(
     supervisor = Supervisor(metrics)
     async with (
         open_store(settings.STORE, observe_commit=observe, **(store_options or {})) as store,
-        httpx.AsyncClient(timeout=http_timeout) as http,
+        service_http(http_timeout) as http,
     ):
         vault = vault_for(settings, store)
         credentials, saved = await initial_credentials(settings, vault)

@@ -33,6 +33,7 @@ from daemon.upstream import (
     RateLimiter,
     RetryPolicy,
     ServiceClient,
+    service_http,
 )
 
 log = structlog.get_logger(__name__)
@@ -58,7 +59,7 @@ async def account_alone(
     metrics = Metrics(CollectorRegistry())
     async with (
         open_store(settings.STORE, release_leases=False, create=create) as store,
-        httpx.AsyncClient(timeout=http_timeout) as http,
+        service_http(http_timeout) as http,
     ):
         vault = vault_for(settings, store)
         credentials, saved = await initial_credentials(settings, vault)

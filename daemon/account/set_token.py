@@ -41,6 +41,7 @@ from daemon.upstream import (
     RetryPolicy,
     ServiceClient,
     ServiceError,
+    service_http,
 )
 
 # Where the token comes from without --from: set-token's own need (daemon/cli.py).
@@ -142,7 +143,7 @@ async def set_token(
 
 
 async def _check_with_service(settings: Settings, token: str) -> None:
-    async with httpx.AsyncClient(timeout=10.0) as http:
+    async with service_http(10.0) as http:
         client = ServiceClient(
             http,
             base_url=settings.service_url,

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-
 from daemon.foundation.words import counted, with_guess
 from daemon.rules import FileError, Unreadable, load_rules
 from daemon.settings import Settings
@@ -33,6 +31,7 @@ from daemon.upstream import (
     RateLimiter,
     ServiceClient,
     ServiceError,
+    service_http,
 )
 
 NOT_BY_HAND = (
@@ -67,7 +66,7 @@ async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[st
         credentials = await credentials_in_use(settings)
     except StoreUnavailable as exc:
         raise SweepCommandError(f"RECOVERYD_STORE: {exc}") from None
-    async with httpx.AsyncClient(timeout=30.0) as http:
+    async with service_http(30.0) as http:
         client = ServiceClient(
             http,
             base_url=settings.service_url,

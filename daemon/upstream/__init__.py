@@ -1,7 +1,14 @@
 """The service client: typed models, one error tree, retries and a shared rate limiter."""
 
 from daemon.upstream.breaker import BreakerPolicy
-from daemon.upstream.client import MAX_BULK, OPERATIONS, CallRecord, ServiceClient
+from daemon.upstream.client import (
+    IDLE_CONNECTION_EXPIRY,
+    MAX_BULK,
+    OPERATIONS,
+    CallRecord,
+    ServiceClient,
+    service_http,
+)
 from daemon.upstream.credentials import Credentials, CredentialsHolder
 from daemon.upstream.errors import (
     BadRequest,
@@ -42,6 +49,7 @@ from daemon.upstream.ratelimit import RateLimiter
 from daemon.upstream.retry import RetryPolicy
 
 __all__ = [
+    "IDLE_CONNECTION_EXPIRY",
     "MAX_BULK",
     "OPERATIONS",
     "AccountRecord",
@@ -81,5 +89,6 @@ __all__ = [
     "WorkflowRun",
     "is_transient",
     "refused",
+    "service_http",
     "surely_not_carried_out",
 ]

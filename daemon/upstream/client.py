@@ -55,6 +55,11 @@ MAX_BULK = 50  # the service processes at most 50 workflow runs per bulk call
 MAX_LISTED = 100  # QStash's listing of failed workflow runs answers at most 100 a page
 # A dlqId no message has: reading it tells a good token (404) from a refused one (401).
 TOKEN_CHECK_ID = "recoveryd-token-check"
+# How long a connection to the service is kept idle for the next call. Shorter than the
+# servers' own keep-alive (uvicorn's and Node's 5 s, gunicorn's 2 s): a call sent on a
+# connection the server is closing for idling at that moment gets no answer, and a bulk
+# call without an answer is an outcome unknown that costs a check of each of its dlqIds.
+IDLE_CONNECTION_EXPIRY = 1.5
 # The operation names: of calls, metric labels, and circuit breakers.
 OPERATIONS = (
     "get_dlq_message",
@@ -74,6 +79,13 @@ _SEND_STARTED = frozenset(
 
 Auth = Literal["bearer", "basic"]
 T = TypeVar("T")
+
+
+def service_http(timeout: float) -> httpx.AsyncClient:
+    """The HTTP client for calls to the service, each bounded by `timeout` seconds."""
+    return httpx.AsyncClient(
+        timeout=timeout, limits=httpx.Limits(keepalive_expiry=IDLE_CONNECTION_EXPIRY)
+    )
 
 
 @dataclass(frozen=True)
