@@ -34,6 +34,9 @@ PACKAGES = {
     "unshare": "util-linux",
     "setpriv": "util-linux",
     "mount": "mount",
+    # The console's browser tests (tests/console): Playwright drives Debian's Chromium,
+    # headless, rather than a browser of its own it would download.
+    "chromium": "chromium",
 }
 # Debian keeps PostgreSQL's server programs off PATH, in a folder per major version:
 # searched newest first, before PATH.
