@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from daemon import __version__
 from daemon.account import CredentialsFileError, RotationRefused, Rotator
+from daemon.admin.listing import listing_routes
 from daemon.admin.redrive import RedriveError, RedriveFieldError, RedriveFilter, redrive
 from daemon.admin.schema import (
     CredentialsReloaded,
@@ -268,6 +269,7 @@ def admin_app(
         return await _rotate(rotator)
 
     app.include_router(_credentials_routes(rotator))
+    app.include_router(listing_routes(store, wall_clock))
 
     return app
 
