@@ -8,7 +8,9 @@ import json
 import pytest
 
 from daemon.store import BadQuery, RecordQuery, Store
+from daemon.store.postgres import listing as postgres_listing
 from daemon.store.records import Outcome
+from daemon.store.sqlite import listing as sqlite_listing
 from tests.store.support import OWNER, OpenStore, batched, done, received, settled
 
 NOW = 2_000.0
@@ -170,3 +172,38 @@ async def test_activity_counts_decisions_and_recoveries_per_minute(
         with pytest.raises(BadQuery):
             await store.activity(NOW, minutes=0)
     assert found == {"decided": [0, 0, 1, 0, 2], "recovered": [0, 0, 1, 0, 0]}
+
+
+async def test_records_from_before_the_migration_are_listed_and_grouped(
+    open_store: OpenStore,
+) -> None:
+    """The migration fills the listed fields from the bodies stored (a body that is not
+    a JSON object, or a field of another type, leaves them empty) and counts the groups."""
+    open_store.migrated_up_to(sqlite_listing.SCHEMA, postgres_listing.SCHEMA)
+    rows = {
+        "old-1": body("https://o/1", "grp", "ep", 502),
+        "old-2": json.dumps({"url": 7, "status": "500", "topicName": None}).encode(),
+        "old-3": b"\xff not json",
+        "old-4": b"[1, 2]",
+        "old-5": json.dumps({"url": "https://o/1", "status": 99999999999}).encode(),
+    }
+    for at, (dlq_id, stored) in enumerate(rows.items()):
+        literal = f"x'{stored.hex()}'" if open_store.kind == "sqlite" else f"'\\x{stored.hex()}'"
+        open_store.query(
+            "INSERT INTO callbacks (dlq_id, body, received_at) "
+            f"VALUES ('{dlq_id}', {literal}, {NOW + at})"
+        )
+    async with open_store() as store:
+        page = await store.list_records(RecordQuery())
+        groups = await store.failure_groups()
+    listed = {item["dlqId"]: (item["url"], item["urlGroup"], item["endpoint"], item["status"])
+              for item in page.items}  # fmt: skip
+    assert listed == {
+        "old-1": ("https://o/1", "grp", "ep", 502),
+        "old-2": (None, None, None, None),
+        "old-3": (None, None, None, None),
+        "old-4": (None, None, None, None),
+        "old-5": ("https://o/1", None, None, None),
+    }
+    counts = {(g["urlGroup"], g["url"]): g["count"] for g in groups}
+    assert counts == {("grp", None): 1, (None, None): 3, (None, "https://o/1"): 1}
