@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
@@ -32,16 +32,13 @@ from daemon.rules import FileError, Unreadable, facts
 from daemon.rules.callback import message_of
 from daemon.rules.explain import explain
 from daemon.rules.live import LiveRules
-from daemon.store import Store, StoreUnavailable
+from daemon.store import RecordQuery, Store, StoreUnavailable
 from daemon.store.records import FINAL, STATES
 from daemon.store.removals import RestoreRefused
 from daemon.sweeps.command import would_select
 from daemon.sweeps.plan import plan
 from daemon.sweeps.scheduler import Sweeper
 from daemon.upstream import ServiceClient, ServiceError
-
-if TYPE_CHECKING:
-    from daemon.store.interface import RecordQuery
 
 log = structlog.get_logger(__name__)
 
@@ -213,7 +210,6 @@ class Console:
 
     def _query(self, params: Mapping[str, str]) -> tuple[RecordQuery, str | None]:
         """The filters of the failures list as the store's query; a bad one's message."""
-        from daemon.store.interface import RecordQuery  # TEMP until i38-store is merged
 
         given = {key: params.get(key) or None for key in ("state", "rule", "action", "q", "cursor")}
         if given["state"] is not None and given["state"] not in STATES:
