@@ -84,7 +84,7 @@ class Console:
     # -- rendering -------------------------------------------------------------------
 
     def render(
-        self, request: Request, template: str, status: int = 200, **context: Any
+        self, request: Request, template: str, code: int = 200, **context: Any
     ) -> Response:
         """The page, with the CSRF token its forms carry (a new one set as a cookie)."""
         known = request.cookies.get(security.CSRF_COOKIE)
@@ -92,7 +92,7 @@ class Console:
         html = self.env.get_template(template).render(
             csrf=csrf, token_set=self.key is not None, here=request.url.path, **context
         )
-        response = HTMLResponse(html, status)
+        response = HTMLResponse(html, code)
         if known is None:
             response.set_cookie(
                 security.CSRF_COOKIE, csrf, httponly=True, samesite="strict", path="/ui"
