@@ -83,9 +83,7 @@ class Console:
 
     # -- rendering -------------------------------------------------------------------
 
-    def render(
-        self, request: Request, template: str, code: int = 200, **context: Any
-    ) -> Response:
+    def render(self, request: Request, template: str, code: int = 200, **context: Any) -> Response:
         """The page, with the CSRF token its forms carry (a new one set as a cookie)."""
         known = request.cookies.get(security.CSRF_COOKIE)
         csrf = known or security.new_csrf()
