@@ -207,3 +207,27 @@ async def test_records_from_before_the_migration_are_listed_and_grouped(
     }
     counts = {(g["urlGroup"], g["url"]): g["count"] for g in groups}
     assert counts == {("grp", None): 1, (None, None): 3, (None, "https://o/1"): 1}
+
+
+async def test_groups_follow_a_redrive_decided_again_by_another_rule(
+    open_store: OpenStore,
+) -> None:
+    """A rule change moves a record to the other rule's group; counts match the table."""
+    grouped = body("https://x/1", "orders", "ep-1", 500)
+    async with open_store() as store:
+        await settled(store, ["m-1", "m-2"], "failed", now=NOW, rule="rule-a", body=grouped)
+        await store.redrive(now=NOW + 1, apply=True)
+        await store.claim(OWNER, 1, 60.0, NOW + 2)
+        [claimed] = [dlq_id for dlq_id in ("m-1", "m-2")
+                     if (await store.record(dlq_id) or {}).get("fetchAttempts")]  # fmt: skip
+        again = Outcome(claimed, "skipped", rule="rule-b", action="resume", overrides="{}")
+        await store.settle(OWNER, [again], NOW + 2)
+        groups = await store.failure_groups()
+        outcomes = await store.rule_outcomes()
+    assert {(g["rule"], tuple(sorted(g["states"].items()))) for g in groups} == {
+        ("rule-a", (("received", 1),)), ("rule-b", (("skipped", 1),))
+    }  # fmt: skip
+    counted = open_store.query(
+        "SELECT rule, state, count(*) FROM callbacks WHERE rule IS NOT NULL GROUP BY rule, state"
+    )
+    assert outcomes == {rule: {state: n} for rule, state, n in counted}
