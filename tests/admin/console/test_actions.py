@@ -8,6 +8,16 @@ from pathlib import Path
 from structlog.testing import capture_logs
 
 from tests.admin.console.support import RULES, console, csrf_of, settled
+from tests.endpoints.support import (
+    dead_letter,
+    endpoints,
+    fail,
+    finished_removals,
+    group_endpoints,
+    put_group,
+    rules,
+)
+from tests.pipeline.support import harness
 
 
 async def test_redrive_asks_first_then_puts_the_dlq_id_back(tmp_path: Path) -> None:
@@ -94,3 +104,32 @@ async def test_restoring_an_endpoint_never_removed_is_refused(tmp_path: Path) ->
     assert "Confirm restore" not in confirm.text
     assert page.status_code == 409
     assert "no removal of endpoint" in page.text
+
+
+async def test_restore_asks_first_then_puts_the_endpoint_back(tmp_path: Path) -> None:
+    """A removed endpoint's row has Restore; the confirmation names it and changes
+    nothing; Confirm restore puts it back in its group, logged via console."""
+    members = endpoints("orders", "a", "b", "c")
+    async with harness(tmp_path, rules(failures=1)) as h:
+        ui = h.recoveryd.admin
+        await put_group(h.control, "orders", members)
+        await fail(h, dead_letter("orders", members[2]))
+        await finished_removals(ui, 1)
+        listed = await ui.get("/ui/removals")
+        confirm = await ui.get("/ui/restore", params={"group": "orders", "name": "c"})
+        still_out = await group_endpoints(h.control, "orders")
+        with capture_logs() as logs:
+            done = await ui.post(
+                "/ui/restore",
+                data={"csrf": csrf_of(confirm.text), "group": "orders", "name": "c"},
+            )
+        back = await group_endpoints(h.control, "orders")
+    assert '<tr data-endpoint="orders/c">' in listed.text
+    assert ">Restore</button>" in listed.text
+    assert ">Confirm restore</button>" in confirm.text
+    assert still_out == members[:2]
+    assert done.status_code == 200
+    assert back == members
+    assert {"event": "endpoint restored", "url_group": "orders", "via": "console"}.items() <= next(
+        log for log in logs if log["event"] == "endpoint restored"
+    ).items()
