@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from markupsafe import escape
 from structlog.testing import capture_logs
 
-from tests.admin.console.support import RULES, console, csrf_of, settled
+from tests.admin.console.support import (
+    HOSTILE_ID,
+    RULES,
+    console,
+    csrf_of,
+    post_hostile,
+    settled,
+)
 from tests.endpoints.support import (
     dead_letter,
     endpoints,
@@ -40,6 +48,19 @@ async def test_redrive_asks_first_then_puts_the_dlq_id_back(tmp_path: Path) -> N
     assert {"event": "redriven", "via": "console", "dlq_ids": 1}.items() <= next(
         log for log in logs if log["event"] == "redriven"
     ).items()
+
+
+async def test_a_selection_is_confirmed_whole(tmp_path: Path) -> None:
+    """Two final dlqIds ticked on the list: the confirmation carries both."""
+    async with console(tmp_path) as c:
+        await post_hostile(c.daemon)
+        listed = await c.ui.get("/ui/failures")
+        confirm = await c.ui.get("/ui/redrive", params=[("dlqId", c.done), ("dlqId", HOSTILE_ID)])
+    assert f'name="dlqId" value="{c.done}"' in listed.text
+    assert ">Redrive selected</button>" in listed.text
+    assert "These 2 dlqIds go back" in confirm.text
+    assert f'<input type="hidden" name="dlqId" value="{c.done}">' in confirm.text
+    assert f'<input type="hidden" name="dlqId" value="{escape(HOSTILE_ID)}">' in confirm.text
 
 
 async def test_redrive_of_a_dlq_id_not_final_offers_nothing(tmp_path: Path) -> None:

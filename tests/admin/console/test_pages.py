@@ -49,6 +49,15 @@ async def test_the_failures_list_shows_each_failure_linked_to_its_page(tmp_path:
     assert '<form id="filter" method="get"' in page.text
 
 
+async def test_the_failures_fragment_is_the_table_alone(tmp_path: Path) -> None:
+    """/ui/fragments/failures, with the page's filters, answers the rows the list polls."""
+    async with console(tmp_path) as c:
+        fragment = await c.ui.get("/ui/fragments/failures", params={"state": "done"})
+    assert fragment.status_code == 200
+    assert fragment.text.startswith('<table id="failures">')
+    assert f'<tr data-dlq-id="{c.done}">' in fragment.text
+
+
 async def test_the_failures_filter_leaves_out_other_rules(tmp_path: Path) -> None:
     """Filtered by a rule that decided nothing, the list has no row."""
     async with console(tmp_path) as c:
