@@ -3,6 +3,7 @@ activity): filters, keyset paging, and the groups' counts kept through every mov
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -241,9 +242,11 @@ async def test_groups_follow_a_redrive_decided_again_by_another_rule(
 async def test_a_callback_with_a_very_long_url_is_stored_and_found(open_store: OpenStore) -> None:
     """Its listed URL is cut to MAX_LISTED characters (an index entry has a size limit);
     a search for the whole URL still finds it."""
-    url = "https://long/" + "é" * 3000
+    # Hashes, which PostgreSQL cannot compress into an index entry's room.
+    noise = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(100))
+    url = "https://long/" + noise
     async with open_store() as store:
-        await received(store, "long-1", at=NOW, body=body(url, "g" * 4000, "e" * 4000))
+        await received(store, "long-1", at=NOW, body=body(url, noise, noise))
         page = await store.list_records(RecordQuery(q=url))
     [item] = page.items
     assert item["url"] == url[: shared.MAX_LISTED]
