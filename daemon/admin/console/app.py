@@ -173,6 +173,8 @@ class Console:
             "last_reload": parts.rules.last_reload,
             "dlq_retention": parts.dlq_retention(),
             "next_rotation": views.next_fire(status["token"]["rotateSchedule"], now),
+            "token_age": now - rotated if (rotated := status["token"]["lastRotationSuccessAt"])
+                         else None,
             "spark": (views.SPARK_WIDTH, views.SPARK_HEIGHT),
         }  # fmt: skip
 
