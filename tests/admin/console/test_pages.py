@@ -109,6 +109,14 @@ async def test_a_bad_filter_is_a_400_naming_it(tmp_path: Path, field: str, value
     assert f"{field}: " in page.text
 
 
+@pytest.mark.parametrize("path", ["/ui/failures", "/ui/batches"])
+async def test_a_cursor_no_listing_gave_is_a_400_naming_it(tmp_path: Path, path: str) -> None:
+    async with console(tmp_path) as c:
+        page = await c.ui.get(path, params={"cursor": "not-a-cursor"})
+    assert page.status_code == 400
+    assert "cursor: " in page.text
+
+
 async def test_a_failure_shows_its_summary_timeline_reasoning_and_batch(tmp_path: Path) -> None:
     """State and rule in the summary, the timeline to done, the rule explain names, and
     the batch with its call's status."""
