@@ -188,6 +188,9 @@ class Facade(abc.ABC):
         listing.records_sql(query, str)  # BadQuery now, before any query
         return await self._read(self._listing.records, query)
 
+    async def lineage(self, dlq_id: str) -> list[dict[str, Any]]:
+        return await self._read(self._listing.lineage, dlq_id)
+
     async def list_batches(
         self, state: str | None = None, cursor: str | None = None, limit: int = 50
     ) -> Page:

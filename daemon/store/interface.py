@@ -474,6 +474,12 @@ class Store(Protocol):
         (keyset on received_at and dlqId); BadQuery for a bad filter or cursor."""
         ...
 
+    async def lineage(self, dlq_id: str) -> list[dict[str, Any]]:
+        """The decided records of `dlq_id`'s workflow line (its earlier and later
+        recoveries, itself included: what its budget counts), newest decision first, at
+        most 50; empty for an unknown dlqId or one not of a workflow."""
+        ...
+
     async def list_batches(
         self, state: str | None = None, cursor: str | None = None, limit: int = 50
     ) -> Page:

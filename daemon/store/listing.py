@@ -119,6 +119,21 @@ def records_sql(query: RecordQuery, mark: Mark) -> tuple[str, dict[str, Any]]:
     return f"SELECT * FROM ({walks}) AS found {page}", params
 
 
+# A workflow's line of failures (store/sqlite/lineage.py: the run ids recovery creates
+# keep the key of the line's first failure): walked on callbacks_by_workflow.
+LINEAGE_LIMIT = 50
+
+
+def lineage_sql(mark: Mark) -> str:
+    """The statement of `lineage`: the decided records of `dlq_id`'s line, newest first."""
+    return (
+        f"SELECT {RECORD_COLUMNS} FROM callbacks WHERE workflow_key = "
+        f"(SELECT workflow_key FROM callbacks WHERE dlq_id = {mark('dlq_id')}) "
+        f"AND decided_at IS NOT NULL ORDER BY decided_at DESC, dlq_id DESC "
+        f"LIMIT {LINEAGE_LIMIT}"
+    )
+
+
 def batches_sql(
     state: str | None, cursor: str | None, limit: int, mark: Mark
 ) -> tuple[str, dict[str, Any]]:

@@ -5,6 +5,7 @@ seeded by hand: the emulator makes every one, as the service does."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ async def test_a_workflow_that_always_fails_is_recovered_max_recoveries_times(
             shared = [call for call in await h.bulk_calls() if len(dlq_ids_of(call)) > 1]
             stops = h.recoveryd.metric("recoveryd_budget_exhausted_total", rule="resume-twice")
             reads = [call for call in await h.journal() if call["path"].startswith("/v2/dlq/")]
+            page = (await h.recoveryd.admin.get(f"/ui/failures/{skipped[0]['dlqId']}")).text
 
     assert shared, "no batch held dlqIds of several workflows: the lines were never mixed"
     assert origins(runs, first) == Counter(dict.fromkeys(first, 2))
@@ -89,6 +91,11 @@ async def test_a_workflow_that_always_fails_is_recovered_max_recoveries_times(
     assert stops == 3
     assert len(app.at("/wf")) == 9  # three first deliveries and six recovered runs
     assert len(reads) == (9 if fetch == "always" else 0)
+    # The console shows the skipped failure's line: the two recoveries, then itself.
+    line = page.split('<table id="lineage">')[1].split("</table>")[0]
+    assert [
+        row.split("</td><td>")[-1] for row in re.findall(r"<tr[^>]*><td>(.*?)</td></tr>", line)
+    ] == ["skipped", "done", "done"]
 
 
 async def test_a_run_id_seen_again_counts_against_the_same_budget(tmp_path: Path) -> None:

@@ -246,6 +246,7 @@ class Console:
             body=views.body_text(shown.get("sourceBody")) if shown else ("", False),
             response_body=views.body_text(shown.get("body")) if shown else ("", False),
             reasoning=reasoning,
+            lineage=await self.parts.store.lineage(dlq_id),
             final=record["state"] in FINAL,
         )
 

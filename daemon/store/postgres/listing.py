@@ -128,6 +128,11 @@ async def records(connection: Connection, query: RecordQuery) -> Page:
     return listing.record_page(await cursor.fetchall(), query.limit)
 
 
+async def lineage(connection: Connection, dlq_id: str) -> list[dict[str, Any]]:
+    found = await connection.execute(listing.lineage_sql(_mark).encode(), {"dlq_id": dlq_id})
+    return [listing.record_item(row) for row in await found.fetchall()]
+
+
 async def batches(
     connection: Connection, state: str | None, cursor: str | None, limit: int
 ) -> Page:

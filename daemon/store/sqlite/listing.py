@@ -138,6 +138,11 @@ def records(connection: sqlite3.Connection, query: RecordQuery) -> Page:
     return listing.record_page(connection.execute(sql, params).fetchall(), query.limit)
 
 
+def lineage(connection: sqlite3.Connection, dlq_id: str) -> list[dict[str, Any]]:
+    rows = connection.execute(listing.lineage_sql(_mark), {"dlq_id": dlq_id}).fetchall()
+    return [listing.record_item(row) for row in rows]
+
+
 def batches(
     connection: sqlite3.Connection, state: str | None, cursor: str | None, limit: int
 ) -> Page:
