@@ -18,7 +18,7 @@ from daemon.rules.explain import call_headers
 from daemon.rules.fields import facts
 from daemon.rules.model import Action, Spec
 from daemon.rules.ruleset import Decision, Ruleset
-from daemon.rules.yamlfile import FileError, Loc, Mistake, read_document
+from daemon.rules.yamlfile import FileError, Loc, Mistake, Unreadable, read_document
 
 
 class Expect(Spec):
@@ -61,6 +61,40 @@ def load_tests(path: Path, ruleset: Ruleset) -> list[tuple[RuleTest, int]]:
     if problems or spec is None:
         raise FileError(sorted(set(problems)))
     return [(test, document.problem(("tests", i), "").line) for i, test in enumerate(spec.tests)]
+
+
+def tests_beside(rules: Path) -> Path:
+    """Where the unit tests of the rules file `rules` are kept by convention: beside it,
+    `rules.test.yaml` for `rules.yaml` (the console runs them against the rules in force)."""
+    return rules.with_name(f"{rules.stem}.test{rules.suffix}")
+
+
+@dataclass(frozen=True)
+class Results:
+    """The rule tests beside a rules file, run against a ruleset: `outcomes`, or why they
+    could not run (`problem`: no file, or the mistakes in it)."""
+
+    path: Path
+    outcomes: tuple[Outcome, ...] = ()
+    problem: str | None = None
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [outcome for outcome in self.outcomes if not outcome.passed]
+
+
+def results_beside(rules: Path, ruleset: Ruleset, header_prefix: str) -> Results:
+    """The rule tests kept beside `rules` (tests_beside), run against `ruleset`."""
+    path = tests_beside(rules)
+    if not path.exists():
+        return Results(path, problem="no rule tests there")
+    try:
+        tests = load_tests(path, ruleset)
+    except FileError as exc:
+        return Results(path, problem="; ".join(str(problem) for problem in exc.problems))
+    except Unreadable as exc:
+        return Results(path, problem=str(exc))
+    return Results(path, tuple(run_tests(tests, ruleset, header_prefix)))
 
 
 def run_tests(

@@ -7,6 +7,7 @@ sweeps/command.py, LiveRules.reload) and log its event with via="console": the a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -32,6 +33,7 @@ from daemon.rules import FileError, Unreadable, facts
 from daemon.rules.callback import message_of
 from daemon.rules.explain import explain
 from daemon.rules.live import LiveRules
+from daemon.rules.testing import results_beside
 from daemon.store import BadQuery, RecordQuery, Store, StoreUnavailable
 from daemon.store.records import FINAL, STATES
 from daemon.store.removals import RestoreRefused
@@ -282,6 +284,9 @@ class Console:
             "rules.html",
             ruleset=ruleset,
             outcomes=await self.parts.store.rule_outcomes(),
+            tests=await asyncio.to_thread(
+                results_beside, self.parts.rules.path, ruleset, self.parts.header_prefix
+            ),
             text=text,
             last_reload=self.parts.rules.last_reload,
             states=STATES,

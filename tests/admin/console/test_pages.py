@@ -208,6 +208,33 @@ async def test_rules_show_the_file_and_each_rules_counts(tmp_path: Path) -> None
     assert ">Reload rules</button>" in page.text
 
 
+RULE_TESTS = """\
+tests:
+  - name: a workflow is resumed
+    message: {header: {Service-Workflow-RunId: [wfr_1]}, dlqId: d1}
+    expect: {rule: resume-workflows, action: resume}
+  - name: a plain message is resumed too (wrong on purpose)
+    message: {url: "https://example.com/plain", dlqId: d2}
+    expect: {action: resume}
+"""
+
+
+async def test_rules_show_the_rule_tests_beside_the_file_run_against_the_rules_in_force(
+    tmp_path: Path,
+) -> None:
+    """rules.test.yaml beside rules.yaml: its one failing test named, with its line."""
+    async with console(tmp_path) as c:
+        before = (await c.ui.get("/ui/rules")).text
+        (tmp_path / "rules.test.yaml").write_text(RULE_TESTS)
+        after = (await c.ui.get("/ui/rules")).text
+    assert "rules.test.yaml</code>: no rule tests there" in before
+    assert "1 of 2 failed</span> against the rules in force" in after
+    assert (
+        "<code>rules.test.yaml:5</code> a plain message is resumed too (wrong on purpose): "
+        "expected action &#39;resume&#39;, got &#39;ignore&#39;" in after
+    )
+
+
 async def test_the_static_files_are_served(tmp_path: Path) -> None:
     async with console(tmp_path) as c:
         css = await c.ui.get("/ui/static/console.css")
