@@ -29,6 +29,7 @@ from daemon.ingest.callback import CallbackError, parse_callback
 from daemon.ingest.signature import SignatureError, Verifier, check_body
 from daemon.metrics import CallbackResult, Metrics
 from daemon.store import Added, Callback, Store, StoreUnavailable
+from daemon.store.listing import listed
 
 log = structlog.get_logger(__name__)
 
@@ -154,7 +155,11 @@ class CallbackReceiver:
             log.info("callback refused", reason=str(exc), field=exc.field)
             return _error(400, "invalid", str(exc), exc.field)
         verified = admitted.claims is not None
-        return Callback(callback.dlq_id, body, self._wall_clock(), verified=verified)
+        # Listed from this parse: the store's writer need not parse the body again.
+        fields = (callback.url, callback.topic_name, callback.endpoint_name, callback.status)
+        return Callback(
+            callback.dlq_id, body, self._wall_clock(), verified=verified, listed=listed(*fields)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The same steps as an ASGI app."""

@@ -87,6 +87,9 @@ class Callback:
     body: bytes = field(repr=False)
     received_at: float
     verified: bool = False
+    # Its url, URL Group, endpoint and status as listed (listing.listed), when the
+    # receiver has them from its parse; else the store reads them from `body`.
+    listed: tuple[str | None, str | None, str | None, int | None] | None = None
 
 
 class SingletonLock(Protocol):

@@ -34,9 +34,11 @@ BATCH_COLUMNS = (
 )
 # The group key's empty parts, in the SQLite aggregate (whose key cannot hold NULL).
 NO_TEXT, NO_STATUS = "", 0
+# A record's url, URL Group, endpoint and failed delivery's status (listed_fields).
+Listed = tuple[str | None, str | None, str | None, int | None]
 
 
-def listed_fields(body: bytes) -> tuple[str | None, str | None, str | None, int | None]:
+def listed_fields(body: bytes) -> Listed:
     """The url, URL Group (`topicName`), endpoint (`endpointName`) and the failed
     delivery's `status` of a callback's body, each None when missing or not of its type
     (the body need not be JSON: an unsigned callback is stored as sent)."""
@@ -47,7 +49,12 @@ def listed_fields(body: bytes) -> tuple[str | None, str | None, str | None, int 
     if not isinstance(found, dict):
         return None, None, None, None
     url, group, endpoint = (found.get(key) for key in ("url", "topicName", "endpointName"))
-    status = found.get("status")
+    return listed(url, group, endpoint, found.get("status"))
+
+
+def listed(url: Any, group: Any, endpoint: Any, status: Any) -> Listed:
+    """What a record is listed by, of a callback's fields: each None when not of its
+    type, the text cut to MAX_LISTED (an index entry has a size limit)."""
     return (
         url[:MAX_LISTED] if isinstance(url, str) else None,
         group[:MAX_LISTED] if isinstance(group, str) else None,

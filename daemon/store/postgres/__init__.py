@@ -275,7 +275,7 @@ class PostgresStore(Facade):
         for callback in callbacks:
             fresh.setdefault(callback.dlq_id, callback)
         rows = list(fresh.values())
-        listed = [listed_fields(row.body) for row in rows]
+        listed = [row.listed or listed_fields(row.body) for row in rows]
 
         async def insert(connection: Connection) -> set[str]:
             cursor = await connection.execute(

@@ -333,7 +333,7 @@ def insert_new_callbacks(connection: sqlite3.Connection, rows: Sequence[Callback
             for row in rows
             for field in (
                 row.dlq_id, row.body, row.received_at, row.verified, dedup_key(row.dlq_id),
-                *listed_fields(row.body),
+                *(row.listed or listed_fields(row.body)),
             )
         ],
     )  # fmt: skip
