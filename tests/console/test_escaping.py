@@ -93,6 +93,26 @@ async def test_a_hostile_callback_is_text_on_every_page_and_nothing_of_it_runs(
     assert IMAGE in shown["groups"] or JAVASCRIPT_URL in shown["groups"]
 
 
+async def test_every_page_is_served_with_a_strict_policy(page: Page, console: Console) -> None:
+    """No inline script may run (CSP), no page may be framed, no type sniffed, no referrer
+    sent: the headers of every page, the failure's own and the login form's."""
+    for path in [*PAGES.values(), f"/ui/failures/{console.hostile}", "/ui/login"]:
+        answer = await page.goto(path)
+        assert answer is not None
+        headers = await answer.all_headers()
+        policy = {
+            directive.split()[0]: directive.split()[1:]
+            for directive in headers["content-security-policy"].split(";")
+            if directive.strip()
+        }
+        scripts = policy.get("script-src", policy.get("default-src"))
+        assert scripts, (path, policy)
+        assert "'unsafe-inline'" not in scripts, (path, policy)
+        assert headers["x-frame-options"] == "DENY", path
+        assert headers["x-content-type-options"] == "nosniff", path
+        assert headers["referrer-policy"] == "no-referrer", path
+
+
 async def post_forms(page: Page) -> list[dict[str, Any]]:
     """The page's POST forms: where each goes and its fields but the CSRF token."""
     forms: list[dict[str, Any]] = await page.evaluate(

@@ -124,8 +124,13 @@ async def test_the_token_logs_in_a_wrong_one_is_refused_and_logout_ends_the_sess
     context = await browser.new_context(base_url=console.url)
     try:
         page = await context.new_page()
-        await page.goto("/ui/failures")
-        await expect(page).to_have_url(re.compile(r"/ui/login"))
+        answer = await page.goto("/ui/")
+        await expect(page).to_have_url(re.compile(r"/ui/login$"))
+        assert answer is not None
+        assert answer.request.redirected_from is not None
+        redirect = await answer.request.redirected_from.response()
+        assert redirect is not None
+        assert redirect.status == 303
         token = page.locator('#login input[name="token"][type="password"]')
         log_in = page.locator("#login").get_by_role("button", name="Log in")
 
