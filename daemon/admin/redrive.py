@@ -9,16 +9,21 @@ up at once, and works on the store itself only when no daemon answers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from daemon.foundation.durations import parse_duration
 from daemon.foundation.words import unknown_key, with_guess
+from daemon.metrics import Metrics
 from daemon.settings import Settings
 from daemon.store import Store, StoreUnavailable
 from daemon.store.records import FINAL, State
+
+log = structlog.get_logger(__name__)
 
 # Answers list at most this many dlqIds; the count is always whole.
 LISTED = 1000
@@ -36,6 +41,8 @@ class RedriveFilter(BaseModel):
 
     states: tuple[State, ...] = Field(default=("failed",), min_length=1)
     rule: str | None = None
+    # These dlqIds only (the console's selection), when given.
+    dlqIds: tuple[str, ...] | None = Field(default=None, min_length=1, max_length=LISTED)
     since: str | None = None
     dryRun: bool = False  # the admin API spells it so; the command's default without --yes
 
@@ -91,6 +98,7 @@ async def redrive(store: Store, selection: RedriveFilter, now: float) -> dict[st
         states=selection.states,
         rule=selection.rule,
         since=since,
+        dlq_ids=selection.dlqIds,
         now=now,
         apply=not selection.dryRun,
     )
@@ -99,6 +107,26 @@ async def redrive(store: Store, selection: RedriveFilter, now: float) -> dict[st
         "count": len(dlq_ids),
         "dlqIds": dlq_ids[:LISTED],
     }
+
+
+async def redrive_told(
+    store: Store,
+    selection: RedriveFilter,
+    now: float,
+    metrics: Metrics,
+    on_redriven: Callable[[], None],
+    via: str | None = None,
+) -> dict[str, Any]:
+    """`redrive` for a running daemon (the admin API, the console): what it redrove is
+    counted, logged (the audit; `via` says who asked) and the pipeline woken."""
+    answer = await redrive(store, selection, now)
+    if not selection.dryRun and answer["count"]:
+        metrics.redriven.inc(answer["count"])
+        log.info("redriven", dlq_ids=answer["count"], states=list(selection.states),
+                 rule=selection.rule, since=selection.since,
+                 **({"via": via} if via else {}))  # fmt: skip
+        on_redriven()
+    return answer
 
 
 async def redrive_now(settings: Settings, selection: RedriveFilter, now: float) -> dict[str, Any]:

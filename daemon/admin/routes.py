@@ -18,14 +18,16 @@ from typing import Any
 
 import structlog
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from daemon import __version__
 from daemon.account import CredentialsFileError, RotationRefused, Rotator
-from daemon.admin.redrive import RedriveError, RedriveFieldError, RedriveFilter, redrive
+from daemon.admin.console import Parts, console_app, security
+from daemon.admin.redrive import RedriveError, RedriveFieldError, RedriveFilter, redrive_told
 from daemon.admin.schema import (
     CredentialsReloaded,
     DaemonStatus,
@@ -36,7 +38,6 @@ from daemon.admin.schema import (
     Rotated,
     RotationFailed,
 )
-from daemon.foundation.words import counted
 from daemon.http.errors import (
     EXCEPTION_HANDLERS,
     STORE_UNAVAILABLE,
@@ -48,6 +49,7 @@ from daemon.metrics import Metrics
 from daemon.rules import FileError, Unreadable
 from daemon.rules.live import LiveRules
 from daemon.store import Store, StoreUnavailable
+from daemon.sweeps import Sweeper
 from daemon.upstream import ServiceClient
 
 log = structlog.get_logger(__name__)
@@ -77,24 +79,41 @@ _TO_RECORD = {
 
 class RequireToken:
     """ASGI middleware: a call to any path but OPEN_PATHS needs `Authorization: Bearer
-    <token>`; 401 otherwise. The comparison takes as long whatever the mismatch."""
+    <token>`; 401 otherwise. The comparison takes as long whatever the mismatch.
+
+    The console (/ui/) also takes its signed session cookie instead, lets its login
+    page and static files through, and sends a browser without either to its login."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode()
+        self._session_key = security.session_key(token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
-            given = Headers(scope=scope).get("authorization", "").encode()
-            if not hmac.compare_digest(given, self._expected):
-                refusal = JSONResponse(
-                    {"error": "the admin API needs Authorization: Bearer <RECOVERYD_ADMIN_TOKEN>"},
-                    401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-                await refusal(scope, receive, send)
-                return
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path not in OPEN_PATHS and not self._let_in(scope):
+            refusal: Response = JSONResponse(
+                {"error": "the admin API needs Authorization: Bearer <RECOVERYD_ADMIN_TOKEN>"},
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            if security.is_console(path):
+                refusal = RedirectResponse("/ui/login", 303)
+            await refusal(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    def _let_in(self, scope: Scope) -> bool:
+        headers = Headers(scope=scope)
+        if hmac.compare_digest(headers.get("authorization", "").encode(), self._expected):
+            return True
+        path = scope["path"]
+        if not security.is_console(path):
+            return False
+        if path == "/ui/login" or path.startswith("/ui/static/"):
+            return True
+        session = cookie_parser(headers.get("cookie", "")).get(security.SESSION_COOKIE)
+        return security.valid_session(self._session_key, session, time.time())
 
 
 async def _always_ready() -> list[str]:
@@ -104,6 +123,7 @@ async def _always_ready() -> list[str]:
 def _require(app: FastAPI, token: str | None) -> None:
     if token is not None:
         app.add_middleware(RequireToken, token=token)
+    app.add_middleware(security.ConsoleHeaders)  # outermost: on the token's redirects too
 
 
 def _document(app: FastAPI, token: str | None) -> None:
@@ -153,10 +173,13 @@ def admin_app(
     wall_clock: Callable[[], float] = time.time,
     status_parts: Sequence[Callable[[], Awaitable[dict[str, Any]]]] = (),
     not_ready: Callable[[], Awaitable[list[str]]] = _always_ready,
+    sweeper: Sweeper | None = None,
+    header_prefix: str = "Service",
 ) -> FastAPI:
     """`status_parts` each add their keys to `/api/v1/status` (the sweeps' summary);
     `not_ready` says why `/readyz` fails (empty when it would not); `token`, when
-    given, is the bearer token every path but OPEN_PATHS needs."""
+    given, is the bearer token every path but OPEN_PATHS needs. The console at /ui/
+    shows `sweeper`'s sweeps and explains decisions with `header_prefix`."""
     app = FastAPI(
         title="recoveryd admin",
         docs_url=None,
@@ -198,8 +221,7 @@ def admin_app(
             return JSONResponse({"error": f"no record of dlqId {dlq_id!r}"}, 404)
         return JSONResponse(found)
 
-    @app.get("/api/v1/status", responses={200: {"model": DaemonStatus}, **STORE_UNAVAILABLE})
-    async def daemon_status() -> JSONResponse:
+    async def status() -> dict[str, Any]:
         ruleset = rules.current
         answer: dict[str, Any] = {
             **await store.status(wall_clock()),
@@ -212,7 +234,11 @@ def admin_app(
                 "source": ruleset.source,
             },
         }
-        return JSONResponse(answer | await _parts(status_parts))
+        return answer | await _parts(status_parts)
+
+    @app.get("/api/v1/status", responses={200: {"model": DaemonStatus}, **STORE_UNAVAILABLE})
+    async def daemon_status() -> JSONResponse:
+        return JSONResponse(await status())
 
     @app.post(
         "/api/v1/redrive",
@@ -239,19 +265,7 @@ def admin_app(
     )
     async def reload() -> JSONResponse:
         """Load the rules file again; an invalid one is refused and the running rules stay."""
-        try:
-            ruleset = await rules.reload()
-        except FileError as exc:
-            error = (
-                f"{counted(len(exc.problems), 'problem')} in the rules file; the running rules stay"
-            )
-            problems = [str(problem) for problem in exc.problems]
-            return JSONResponse({"error": error, "problems": problems}, 400)
-        except Unreadable as exc:
-            return JSONResponse({"error": f"{exc}; the running rules stay"}, 400)
-        return JSONResponse(
-            {"status": "reloaded", "sha256": ruleset.digest, "rules": len(ruleset.rules)}
-        )
+        return await reloaded(rules)
 
     @app.post(
         "/-/rotate-token",
@@ -268,6 +282,12 @@ def admin_app(
         return await _rotate(rotator)
 
     app.include_router(_credentials_routes(rotator))
+    console = Parts(
+        store=store, metrics=metrics, rules=rules, client=client, status=status,
+        dlq_retention=rotator.dlq_retention, sweeper=sweeper, on_redriven=on_redriven,
+        wall_clock=wall_clock, header_prefix=header_prefix, token=token,
+    )  # fmt: skip
+    app.mount("/ui", console_app(console))
 
     return app
 
@@ -304,13 +324,23 @@ async def _redrive(
         return JSONResponse({"error": exc.message, "field": exc.field}, 400)
     except RedriveError as exc:
         return JSONResponse({"error": str(exc)}, 400)
-    answer = await redrive(store, selection, now)
-    if not selection.dryRun and answer["count"]:
-        metrics.redriven.inc(answer["count"])
-        log.info("redriven", dlq_ids=answer["count"], states=list(selection.states),
-                 rule=selection.rule, since=selection.since)  # fmt: skip
-        on_redriven()
-    return JSONResponse(answer)
+    return JSONResponse(await redrive_told(store, selection, now, metrics, on_redriven))
+
+
+async def reloaded(rules: LiveRules, via: str | None = None) -> JSONResponse:
+    """`POST /-/reload`'s answer: the rules loaded again, or why the running ones stay."""
+    try:
+        ruleset = await rules.reload(via)
+    except (FileError, Unreadable):
+        result = rules.last_reload
+        assert result is not None  # set by the refusal
+        answer: dict[str, Any] = {"error": f"{result.error}; the running rules stay"}
+        if result.problems:
+            answer["problems"] = list(result.problems)
+        return JSONResponse(answer, 400)
+    return JSONResponse(
+        {"status": "reloaded", "sha256": ruleset.digest, "rules": len(ruleset.rules)}
+    )
 
 
 async def _rotate(rotator: Rotator) -> JSONResponse:

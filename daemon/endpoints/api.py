@@ -3,24 +3,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-import structlog
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from daemon.endpoints.restore import RestoreFailed, restore
+from daemon.endpoints.restore import RestoreFailed, restore_told
 from daemon.http.errors import STORE_UNAVAILABLE, error
 from daemon.metrics import Metrics
 from daemon.store import Store
 from daemon.store.removals import RestoreRefused
 from daemon.upstream import ServiceClient
-
-log = structlog.get_logger(__name__)
 
 
 class Removals(BaseModel):
@@ -71,12 +67,11 @@ def removal_routes(
         """Put a removed endpoint back into its group, from the record of its removal. The
         restore carries on if the caller hangs up."""
         try:
-            answer = await asyncio.shield(restore(store, client, metrics, group, name, wall_clock))
+            answer = await restore_told(store, client, metrics, group, name, wall_clock)
         except RestoreRefused as exc:
             return JSONResponse({"error": str(exc)}, 404 if exc.kind == "unknown" else 409)
         except RestoreFailed as exc:
             return JSONResponse({"error": str(exc)}, 502)
-        log.info("endpoint restored", url_group=group, removal=answer["removal"])
         return JSONResponse(answer)
 
     return routes

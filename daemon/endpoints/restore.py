@@ -12,12 +12,14 @@ answers.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+import structlog
 
 from daemon.metrics import Metrics
 from daemon.pipeline.calls import recording
@@ -25,6 +27,8 @@ from daemon.settings import Settings
 from daemon.store import Store, StoreUnavailable
 from daemon.store.removals import RestoreRefused, shown
 from daemon.upstream import EndpointRef, ServiceClient, ServiceError
+
+log = structlog.get_logger(__name__)
 
 
 class RemovalsError(Exception):
@@ -93,6 +97,23 @@ async def removals_now(settings: Settings, group: str | None) -> list[dict[str, 
             return await store.removals(group)
     except StoreUnavailable as exc:
         raise RemovalsError(f"RECOVERYD_STORE: {exc}") from None
+
+
+async def restore_told(
+    store: Store,
+    client: ServiceClient,
+    metrics: Metrics,
+    group: str,
+    name: str,
+    wall_clock: Callable[[], float] = time.time,
+    via: str | None = None,
+) -> dict[str, Any]:
+    """`restore` for a running daemon (the admin API, the console): carried on if the
+    caller hangs up, and logged once done (the audit; `via` says who asked)."""
+    answer = await asyncio.shield(restore(store, client, metrics, group, name, wall_clock))
+    log.info("endpoint restored", url_group=group, removal=answer["removal"],
+             **({"via": via} if via else {}))  # fmt: skip
+    return answer
 
 
 async def restore_now(settings: Settings, group: str, name: str) -> dict[str, Any]:

@@ -10,15 +10,28 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
+from daemon.foundation.words import counted
 from daemon.metrics import Metrics, RuleLabels
 from daemon.rules.ruleset import Ruleset, load_rules
 from daemon.rules.yamlfile import FileError, Unreadable
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    """How the last reload ended, for whoever shows it (the console): the digest put in
+    force, or the problems (each with its file, line and column) that refused it."""
+
+    at: float
+    ruleset: Ruleset | None  # None: refused, the running rules stayed
+    error: str | None = None
+    problems: tuple[str, ...] = ()
 
 
 class LiveRules:
@@ -33,6 +46,11 @@ class LiveRules:
         self._listeners: list[Callable[[Ruleset], None]] = []
         self._current = load_rules(path)
         self._swap(self._current)
+        self.last_reload: ReloadResult | None = None  # none since the start
+
+    @property
+    def path(self) -> Path:
+        return self._path
 
     @property
     def current(self) -> Ruleset:
@@ -48,11 +66,21 @@ class LiveRules:
         if listener in self._listeners:
             self._listeners.remove(listener)
 
-    async def reload(self) -> Ruleset:
+    async def reload(self, via: str | None = None) -> Ruleset:
         """Load the file again and put it in force; on FileError or Unreadable the
-        running rules stay."""
+        running rules stay. `via` names who asked, in the log (the console's audit)."""
         async with self._lock:
-            ruleset = await asyncio.to_thread(self._load)
+            try:
+                ruleset = await asyncio.to_thread(self._load, via)
+            except FileError as exc:
+                problems = tuple(str(problem) for problem in exc.problems)
+                error = f"{counted(len(problems), 'problem')} in the rules file"
+                self.last_reload = ReloadResult(self._wall_clock(), None, error, problems)
+                raise
+            except Unreadable as exc:
+                self.last_reload = ReloadResult(self._wall_clock(), None, str(exc))
+                raise
+            self.last_reload = ReloadResult(self._wall_clock(), ruleset)
             previous, self._current = self._current, ruleset
             self._swap(ruleset, previous)
             for listener in list(self._listeners):
@@ -65,10 +93,11 @@ class LiveRules:
                 path=str(self._path),
                 sha256=ruleset.digest,
                 changed=ruleset.digest != previous.digest,
+                **({"via": via} if via else {}),
             )
             return ruleset
 
-    def _load(self) -> Ruleset:
+    def _load(self, via: str | None) -> Ruleset:
         """The file loaded again; a refusal is counted and logged before it is raised."""
         try:
             return load_rules(self._path)
@@ -77,7 +106,10 @@ class LiveRules:
             self._metrics.rules_last_reload_successful.set(0)
             problems = str(exc).splitlines()
             log.error(
-                "rules refused; the running rules stay", path=str(self._path), problems=problems
+                "rules refused; the running rules stay",
+                path=str(self._path),
+                problems=problems,
+                **({"via": via} if via else {}),
             )
             raise
 

@@ -176,9 +176,10 @@ class Facade(abc.ABC):
         self, *, states: Sequence[str] = ("failed",), now: float, apply: bool, **which: Any
     ) -> list[str]:
         records.check_final(states)  # ValueError now, before any query
-        rule, since = which.get("rule"), which.get("since")  # None: any rule, any time
+        # None: any rule, any time, any dlqId
+        rule, since, dlq_ids = which.get("rule"), which.get("since"), which.get("dlq_ids")
         run = self._write if apply else self._read
-        return await run(self._pipeline.redrive, states, rule, since, now, apply)
+        return await run(self._pipeline.redrive, states, rule, since, dlq_ids, now, apply)
 
     # -- notifications -------------------------------------------------------------
 

@@ -207,11 +207,13 @@ class Store(Protocol):
         states: Sequence[str] = ("failed",),
         rule: str | None = None,
         since: float | None = None,
+        dlq_ids: Sequence[str] | None = None,
         now: float,
         apply: bool,
     ) -> list[str]:
         """The dlqIds in one of the final `states` (ValueError for another state), of
-        `rule` when given, final since `since` (Unix time) when given, in order; with
+        `rule` when given, final since `since` (Unix time) when given, among `dlq_ids`
+        when given, in order; with
         `apply` they go back to `received` in one transaction, tries and reason cleared."""
         ...
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from daemon.foundation.words import counted, with_guess
 from daemon.rules import FileError, Unreadable, load_rules
 from daemon.settings import Settings
 from daemon.store import StoreUnavailable
-from daemon.sweeps.plan import plan
+from daemon.sweeps.plan import Plan, plan
 from daemon.sweeps.run import listed_pages
 from daemon.upstream import (
     CredentialsHolder,
@@ -75,18 +76,36 @@ async def dry_run(settings: Settings, rules: Path, name: str, echo: Callable[[st
             limiter=RateLimiter(settings.MAX_RPS, pinned=settings.MAX_RPS is not None),
         )
         echo(f"sweep {name}: {spec.action} what this filter selects now: {run.filter_json()}")
-        count, more = 0, False
         try:
-            async for page in listed_pages(client, run):
-                for message in page.messages:
-                    echo(_line(message))
-                count += len(page.messages)
-                more = page.next_cursor != ""
+            selected = await would_select(client, run)
         except ServiceError as exc:
             raise SweepCommandError(f"the service did not list the DLQ: {exc}") from None
+        for message in selected.messages:
+            echo(_line(message))
+    count, more = len(selected.messages), selected.more
     limit = f"; more match beyond maxPerRun ({spec.max_per_run})" if more else ""
     done = {"resume": "resumed", "restart": "restarted"}[spec.action]
     echo(f"{counted(count, 'workflow run')} would be {done} by sweep {name}{limit}")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a sweep's run would recover now: the entries, and whether more match beyond
+    its maxPerRun."""
+
+    messages: list[FailedWorkflowRun]
+    more: bool
+
+
+async def would_select(client: ServiceClient, run: Plan) -> Selection:
+    """The entries the dry run `run` selects, listed page by page as a run would (the
+    command's and the console's dry run); ServiceError when the service cannot tell."""
+    messages: list[FailedWorkflowRun] = []
+    more = False
+    async for page in listed_pages(client, run):
+        messages.extend(page.messages)
+        more = page.next_cursor != ""
+    return Selection(messages, more)
 
 
 def _line(message: FailedWorkflowRun) -> str:

@@ -7,12 +7,14 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from daemon.emulator import create_app
 from daemon.http.serving import serve
 from daemon.metrics import Metrics
+from daemon.rules import FileError
 from daemon.rules.live import LiveRules
 from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd, workflows
 
@@ -224,3 +226,24 @@ async def test_a_reload_keeps_a_removed_rules_counted_series_and_drops_its_uncou
         ("early", "call_rejected"): 1,
         ("late", "check_refused"): 1,
     }
+
+
+async def test_the_last_reload_is_kept_with_its_problems_at_their_line(tmp_path: Path) -> None:
+    """A refused reload is kept with each problem's file, line and column (the console
+    shows it); one that succeeds replaces it."""
+    path = tmp_path / "rules.yaml"
+    write_rules(path, "kept")
+    rules = LiveRules(path, Metrics(CollectorRegistry()))
+    assert rules.last_reload is None
+    path.write_text(RULES.format(name="kept", action="resume") + "    batch: {maxSize: 0}\n")
+    with pytest.raises(FileError):
+        await rules.reload()
+    refused = rules.last_reload
+    assert refused is not None
+    assert refused.ruleset is None
+    assert refused.error == "1 problem in the rules file"
+    assert [problem.split(": ")[0] for problem in refused.problems] == [f"{path}:6:22"]
+    write_rules(path, "kept")
+    loaded = await rules.reload()
+    assert rules.last_reload is not None
+    assert rules.last_reload.ruleset is loaded

@@ -49,6 +49,14 @@ async def test_redrive_filters_by_state_rule_and_time(open_store: OpenStore) -> 
         assert both == ["new", "skipped"]
 
 
+async def test_redrive_takes_only_the_dlq_ids_named(open_store: OpenStore) -> None:
+    """`dlq_ids` (the console's selection): those of them in a final state, no other."""
+    async with open_store() as store:
+        await settled(store, ["a", "b", "c"], "failed", now=NOW)
+        assert await store.redrive(dlq_ids=["c", "a", "x"], now=NOW, apply=True) == ["a", "c"]
+        assert (await store.status(NOW))["states"]["failed"] == 1
+
+
 async def test_only_final_states_can_be_redriven(open_store: OpenStore) -> None:
     """A state still in the pipeline is refused with ValueError, naming it."""
     async with open_store() as store:

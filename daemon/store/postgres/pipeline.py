@@ -518,13 +518,14 @@ async def redrive(
     states: Sequence[str],
     rule: str | None,
     since: float | None,
+    dlq_ids: Sequence[str] | None,
     now: float,
     apply: bool,
 ) -> list[str]:
     """The dlqIds in one of the final `states`, decided by `rule` when given, final since
-    `since` when given, in dlqId order; with `apply` they go back to `received` as if
-    just arrived (tries, lease and reason cleared), with a `redriven` event in their
-    history naming the state and reason they leave."""
+    `since` when given, among `dlq_ids` when given, in dlqId order; with `apply` they go
+    back to `received` as if just arrived (tries, lease and reason cleared), with a
+    `redriven` event in their history naming the state and reason they leave."""
     check_final(states)
     params: dict[str, Any] = {"states": list(states)}
     where = ["state = ANY(%(states)s::text[])"]
@@ -534,6 +535,9 @@ async def redrive(
     if since is not None:
         where.append("updated_at >= %(since)s")
         params["since"] = since
+    if dlq_ids is not None:
+        where.append("dlq_id = ANY(%(ids)s::text[])")
+        params["ids"] = list(dlq_ids)
     condition = " AND ".join(where)
     if not apply:
         cursor = await connection.execute(f"SELECT dlq_id FROM callbacks WHERE {condition}", params)

@@ -461,13 +461,14 @@ def redrive(
     states: Sequence[str],
     rule: str | None,
     since: float | None,
+    dlq_ids: Sequence[str] | None,
     now: float,
     apply: bool,
 ) -> list[str]:
     """The dlqIds in one of the final `states`, decided by `rule` when given, final since
-    `since` when given, in dlqId order; with `apply` they go back to `received` as if
-    just arrived (tries, lease and reason cleared), with a `redriven` event in their
-    history naming the state and reason they leave."""
+    `since` when given, among `dlq_ids` when given, in dlqId order; with `apply` they go
+    back to `received` as if just arrived (tries, lease and reason cleared), with a
+    `redriven` event in their history naming the state and reason they leave."""
     check_final(states)
     params: dict[str, Any] = {f"s{number}": state for number, state in enumerate(states)}
     where = [f"state IN ({', '.join(':' + name for name in params)})"]
@@ -477,6 +478,9 @@ def redrive(
     if since is not None:
         where.append("updated_at >= :since")
         params["since"] = since
+    if dlq_ids is not None:
+        where.append("dlq_id IN (SELECT value FROM json_each(:ids))")
+        params["ids"] = json.dumps(list(dlq_ids))
     condition = " AND ".join(where)
     if not apply:
         rows = connection.execute(f"SELECT dlq_id FROM callbacks WHERE {condition}", params)

@@ -1,0 +1,166 @@
+"""The console's pages (daemon/admin/console/app.py) on a running daemon: each answers
+with its data, and a callback's hostile fields show as text."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from tests.admin.console.support import HOSTILE, HOSTILE_ID, MARKUP, console, post_hostile
+
+NAV = ("Overview", "Failures", "Groups", "Batches", "Removals", "Sweeps", "Rules")
+
+
+async def test_the_overview_shows_the_backlog_breakers_rules_and_replicas(tmp_path: Path) -> None:
+    """The overview's sections, with the count of the dlqId done and the rules' digest."""
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/")
+        digest = c.daemon.daemon.rules.current.digest
+    assert page.status_code == 200
+    for section in ("backlog", "breakers", "rules-status", "replicas"):
+        assert f'<section id="{section}"' in page.text
+    assert '<a href="/ui/failures?state=done">done</a></th><td class="num">1</td>' in page.text
+    assert digest[:12] in page.text
+    assert "<polyline" in page.text
+    assert page.text.count("<h1>") == 1
+    assert all(f">{name}</a>" in page.text for name in NAV)
+
+
+async def test_the_overview_fragment_is_the_live_part_alone(tmp_path: Path) -> None:
+    """/ui/fragments/overview answers the sections the overview page polls, no page."""
+    async with console(tmp_path) as c:
+        fragment = await c.ui.get("/ui/fragments/overview")
+    assert fragment.status_code == 200
+    assert '<section id="backlog"' in fragment.text
+    assert "<html" not in fragment.text
+
+
+async def test_the_failures_list_shows_each_failure_linked_to_its_page(tmp_path: Path) -> None:
+    """A row per dlqId, its id a link to its page, with its state and rule."""
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/failures", params={"rule": "resume-workflows"})
+    assert page.status_code == 200
+    assert f'<tr data-dlq-id="{c.done}">' in page.text
+    assert f'href="/ui/failures/{c.done}"' in page.text
+    assert "resume-workflows" in page.text
+    assert '<form id="filter" method="get"' in page.text
+
+
+async def test_the_failures_filter_leaves_out_other_rules(tmp_path: Path) -> None:
+    """Filtered by a rule that decided nothing, the list has no row."""
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/failures", params={"rule": "leave-the-rest"})
+    assert page.status_code == 200
+    assert "data-dlq-id" not in page.text
+
+
+@pytest.mark.parametrize(("field", "value"), [("state", "sleeping"), ("since", "yesterday")])
+async def test_a_bad_filter_is_a_400_naming_it(tmp_path: Path, field: str, value: str) -> None:
+    """A state that is not one, or an age that is not a duration: 400, the field named."""
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/failures", params={field: value})
+    assert page.status_code == 400
+    assert f"{field}: " in page.text
+
+
+async def test_a_failure_shows_its_summary_timeline_reasoning_and_batch(tmp_path: Path) -> None:
+    """State and rule in the summary, the timeline to done, the rule explain names, and
+    the batch with its call's status."""
+    async with console(tmp_path) as c:
+        page = await c.ui.get(f"/ui/failures/{c.done}")
+    assert page.status_code == 200
+    assert '<dd data-field="state" class="state-done">done</dd>' in page.text
+    assert '<dd data-field="rule">resume-workflows</dd>' in page.text
+    assert '<ol id="timeline">' in page.text
+    assert "callback received" in page.text
+    assert "POST /v2/workflows/dlq/resume" in page.text
+    assert "status 200" in page.text
+    assert ">Redrive</button>" in page.text
+
+
+async def test_an_unknown_dlq_id_is_a_404_page(tmp_path: Path) -> None:
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/failures/no-such-id")
+    assert page.status_code == 404
+    assert "no-such-id" in page.text
+
+
+async def test_hostile_callback_fields_show_as_text_on_the_list(tmp_path: Path) -> None:
+    """<script>, an attribute break-out and a javascript: URL are escaped on the list."""
+    async with console(tmp_path) as c:
+        await post_hostile(c.daemon)
+        page = await c.ui.get("/ui/failures")
+    assert page.status_code == 200
+    assert not [markup for markup in MARKUP if markup in page.text]
+    assert html.escape(HOSTILE["topicName"]) in page.text
+    assert f'data-dlq-id="{html.escape(HOSTILE_ID)}"' in page.text
+
+
+async def test_hostile_callback_fields_show_as_text_on_the_failure_page(tmp_path: Path) -> None:
+    """The same fields on the failure's page: escaped; a secret header masked."""
+    async with console(tmp_path) as c:
+        await post_hostile(c.daemon)
+        page = await c.ui.get(f"/ui/failures/{quote(HOSTILE_ID, safe='')}")
+    assert page.status_code == 200
+    assert not [markup for markup in MARKUP if markup in page.text]
+    assert html.escape(HOSTILE["endpointName"]) in page.text
+    assert "javascript:alert(1)" in page.text  # as text, in a <code>, never an href
+    assert "endpoint-s3cret" not in page.text
+
+
+async def test_groups_list_failures_by_what_they_share(tmp_path: Path) -> None:
+    """The group of the recovered run, with its count and a link to its failures."""
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/groups")
+    assert page.status_code == 200
+    assert '<table id="groups">' in page.text
+    assert "resume-workflows" in page.text
+    assert "/ui/failures?" in page.text
+
+
+async def test_batches_list_the_batch_sent(tmp_path: Path) -> None:
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/batches")
+    assert page.status_code == 200
+    assert "data-batch-id=" in page.text
+    assert f">{c.done}</a>" in page.text
+
+
+async def test_removals_answer_with_none_recorded(tmp_path: Path) -> None:
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/removals")
+    assert page.status_code == 200
+    assert '<table id="removals">' in page.text
+    assert "No endpoint has been removed." in page.text
+
+
+async def test_sweeps_show_each_sweep_with_a_dry_run_button(tmp_path: Path) -> None:
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/sweeps")
+    assert page.status_code == 200
+    assert "nightly" in page.text
+    assert ">Dry run</button>" in page.text
+
+
+async def test_rules_show_the_file_and_each_rules_counts(tmp_path: Path) -> None:
+    """The file's text, its digest, and resume-workflows' one dlqId done."""
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/rules")
+        digest = c.daemon.daemon.rules.current.digest
+    assert page.status_code == 200
+    assert digest in page.text
+    assert "schedule: &#34;0 3 * * *&#34;" in page.text
+    assert ">resume-workflows</a></td><td>resume</td>" in page.text
+    assert ">Reload rules</button>" in page.text
+
+
+async def test_the_static_files_are_served(tmp_path: Path) -> None:
+    async with console(tmp_path) as c:
+        css = await c.ui.get("/ui/static/console.css")
+        js = await c.ui.get("/ui/static/console.js")
+    assert css.status_code == js.status_code == 200
+    assert "prefers-color-scheme: dark" in css.text
+    assert "data-live" in js.text
