@@ -115,3 +115,70 @@ class CredentialsReloaded(BaseModel):
 
     status: Literal["taken", "unchanged"]
     lockedOut: bool
+
+
+class ListedRecord(BaseModel):
+    """One record as `GET /api/v1/dlq` lists it (the whole record: `/api/v1/dlq/{dlqId}`)."""
+
+    dlqId: str
+    state: State
+    reason: str | None
+    rule: str | None
+    action: str | None
+    workflowRunId: str | None
+    url: str | None  # from the callback, as the failed delivery's fields
+    urlGroup: str | None  # the callback's topicName
+    endpoint: str | None  # the callback's endpointName
+    status: int | None  # the failed delivery's HTTP status
+    receivedAt: float
+    decidedAt: float | None
+    updatedAt: float | None
+
+
+class RecordList(BaseModel):
+    """`GET /api/v1/dlq`: a page, newest received first; `next` is the next page's cursor."""
+
+    items: list[ListedRecord]
+    next: str | None
+
+
+class ListedBatch(BaseModel):
+    id: int
+    action: str
+    state: Literal["pending", "settled"]
+    overrides: dict[str, Any] | None
+    dlqIds: list[str]
+    runs: list[dict[str, Any]]
+    calls: list[dict[str, Any]]
+    reason: str | None
+    createdAt: float
+    sentAt: float | None
+    settledAt: float | None
+
+
+class BatchList(BaseModel):
+    """`GET /api/v1/batches`: a page, newest first; `next` is the next page's cursor."""
+
+    items: list[ListedBatch]
+    next: str | None
+
+
+class FailureGroup(BaseModel):
+    """Records with the URL Group and endpoint (or the URL, without a group), status and
+    rule in common, with how many are in each state."""
+
+    urlGroup: str | None
+    endpoint: str | None
+    url: str | None  # null when urlGroup is set
+    status: int | None
+    rule: str | None
+    count: int
+    states: dict[State, int]
+    firstSeen: float
+    lastSeen: float
+
+
+class FailureGroups(BaseModel):
+    """`GET /api/v1/groups`: newest activity first."""
+
+    groups: list[FailureGroup]

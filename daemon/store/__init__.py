@@ -16,7 +16,10 @@ from typing import Any
 from daemon.store.interface import (
     POSTGRES_SCHEMES,
     Added,
+    BadQuery,
     Callback,
+    Page,
+    RecordQuery,
     SingletonLock,
     Store,
     StoreMissing,
@@ -28,7 +31,10 @@ from daemon.store.interface import (
 __all__ = [
     "POSTGRES_SCHEMES",
     "Added",
+    "BadQuery",
     "Callback",
+    "Page",
+    "RecordQuery",
     "SingletonLock",
     "Store",
     "StoreMissing",

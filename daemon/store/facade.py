@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from daemon.store import records
+from daemon.store import listing, records
 from daemon.store.group_commit import GroupCommit
-from daemon.store.interface import Added, Callback, StoreUnavailable
+from daemon.store.interface import Added, Callback, Page, RecordQuery, StoreUnavailable
 from daemon.store.removals import Removal, RemovalResult
 from daemon.store.sweep_records import PageEnd, RunStart, SweepResult, SweepRun
 
@@ -42,6 +42,7 @@ class Facade(abc.ABC):
     _rate: ModuleType
     _sweeps: ModuleType
     _endpoints: ModuleType
+    _listing: ModuleType
 
     def __init__(
         self,
@@ -180,6 +181,29 @@ class Facade(abc.ABC):
         rule, since, dlq_ids = which.get("rule"), which.get("since"), which.get("dlq_ids")
         run = self._write if apply else self._read
         return await run(self._pipeline.redrive, states, rule, since, dlq_ids, now, apply)
+
+    # -- the console's listings (listing.py) -------------------------------------------
+
+    async def list_records(self, query: RecordQuery) -> Page:
+        listing.records_sql(query, str)  # BadQuery now, before any query
+        return await self._read(self._listing.records, query)
+
+    async def list_batches(
+        self, state: str | None = None, cursor: str | None = None, limit: int = 50
+    ) -> Page:
+        listing.batches_sql(state, cursor, limit, str)  # BadQuery now, as above
+        return await self._read(self._listing.batches, state, cursor, limit)
+
+    async def failure_groups(self, limit: int = 100) -> list[dict[str, Any]]:
+        listing.check_group_limit(limit)
+        return await self._read(self._listing.groups, limit)
+
+    async def rule_outcomes(self) -> dict[str, dict[str, int]]:
+        return await self._read(self._listing.outcomes)
+
+    async def activity(self, now: float, minutes: int = 60) -> dict[str, list[int]]:
+        listing.check_minutes(minutes)
+        return await self._read(self._listing.activity, now, minutes)
 
     # -- notifications -------------------------------------------------------------
 

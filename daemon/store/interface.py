@@ -35,6 +35,36 @@ def is_postgres(url: object) -> bool:
     return isinstance(url, str) and url.startswith(POSTGRES_SCHEMES)
 
 
+@dataclass(frozen=True)
+class RecordQuery:
+    """Which records `Store.list_records` lists: each filter given narrows it."""
+
+    state: str | None = None  # one State
+    rule: str | None = None
+    action: str | None = None
+    since: float | None = None  # received at or after (epoch seconds)
+    q: str | None = None  # exact match on a dlqId, workflow run id, URL or URL Group
+    cursor: str | None = None  # opaque, from a Page's `next`
+    limit: int = 50  # 1..500
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing, and the cursor of the next one (None on the last)."""
+
+    items: list[dict[str, Any]]
+    next: str | None
+
+
+class BadQuery(ValueError):
+    """A listing's parameter is not one the store can take: `field` names it (the admin
+    API answers 400 with it)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class StoreUnavailable(Exception):
     """The store cannot take or answer a request right now; the caller may try again."""
 
@@ -434,6 +464,34 @@ class Store(Protocol):
         now: float,
     ) -> None:
         """How the restore went; one that did not go through can be run again."""
+        ...
+
+    # The console's listings (listing.py; docs/api.md#get-apiv1dlq): index walks and the
+    # aggregate kept by triggers, never a scan of the callbacks.
+
+    async def list_records(self, query: RecordQuery) -> Page:
+        """The records `query` selects, newest received first, a page at a time
+        (keyset on received_at and dlqId); BadQuery for a bad filter or cursor."""
+        ...
+
+    async def list_batches(
+        self, state: str | None = None, cursor: str | None = None, limit: int = 50
+    ) -> Page:
+        """The batches (in `state` when given), newest first; BadQuery as above."""
+        ...
+
+    async def failure_groups(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The records grouped by URL Group and endpoint (or URL), the failed delivery's
+        status and the rule, with counts by state, newest activity first."""
+        ...
+
+    async def rule_outcomes(self) -> dict[str, dict[str, int]]:
+        """For each rule that decided records still kept, how many are in each state."""
+        ...
+
+    async def activity(self, now: float, minutes: int = 60) -> dict[str, list[int]]:
+        """Decisions and recoveries (dlqIds become `done`) per minute over the last
+        `minutes` before `now`, oldest minute first."""
         ...
 
     async def ping(self) -> None:

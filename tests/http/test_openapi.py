@@ -152,6 +152,9 @@ def test_the_admin_listener_keeps_to_its_document(daemon: Served, records: list[
     schema = load(daemon.admin_url, **BEARER)
     answered = exercise(schema, BEARER)
     assert answered["GET /api/v1/status 200"]
+    for listing in ("/api/v1/dlq", "/api/v1/batches", "/api/v1/groups"):
+        assert answered[f"GET {listing} 200"], answered
+    assert answered["GET /api/v1/dlq 400"]  # a state, cursor or duration refused
     record = schema["/api/v1/dlq/{dlq_id}"]["GET"]  # a random dlqId is never one stored
     for dlq_id in records:
         case = record.Case(path_parameters={"dlq_id": dlq_id}, headers=BEARER)

@@ -26,8 +26,10 @@ import structlog
 from daemon.foundation.urls import without_credentials
 from daemon.store.facade import Facade
 from daemon.store.interface import Added, Callback, StoreMissing, StoreUnavailable
+from daemon.store.listing import listed_fields
 from daemon.store.postgres import (
     endpoints,
+    listing,
     notify,
     pipeline,
     rate,
@@ -51,7 +53,7 @@ class PostgresStore(Facade):
 
     shared = True
     _pipeline, _notify, _retention, _rotations = pipeline, notify, retention, rotations
-    _rate, _sweeps, _endpoints = rate, sweeps, endpoints
+    _rate, _sweeps, _endpoints, _listing = rate, sweeps, endpoints, listing
 
     def __init__(
         self,
@@ -160,6 +162,9 @@ class PostgresStore(Facade):
         async def read(connection: Connection) -> dict[str, Any]:
             pending = await notify.pending_count(connection)
             counts = await pipeline.status(connection, now)
+            # A scrape folds the groups' deltas too, to keep them few while the console
+            # is not looked at.
+            await listing.fold(connection)
             return {**counts, "notifications": {"pending": pending}}
 
         return await self._run(read)
@@ -270,13 +275,17 @@ class PostgresStore(Facade):
         for callback in callbacks:
             fresh.setdefault(callback.dlq_id, callback)
         rows = list(fresh.values())
+        listed = [listed_fields(row.body) for row in rows]
 
         async def insert(connection: Connection) -> set[str]:
             cursor = await connection.execute(
-                "INSERT INTO callbacks (dlq_id, body, received_at, verified) "
-                "SELECT dlq_id, body, received_at, verified "
-                "FROM unnest(%s::text[], %s::bytea[], %s::float8[], %s::boolean[], %s::bigint[]) "
-                "AS row (dlq_id, body, received_at, verified, key) "
+                "INSERT INTO callbacks (dlq_id, body, received_at, verified, "
+                "url, url_group, endpoint, status) "
+                "SELECT dlq_id, body, received_at, verified, url, url_group, endpoint, status "
+                "FROM unnest(%s::text[], %s::bytea[], %s::float8[], %s::boolean[], %s::bigint[], "
+                "%s::text[], %s::text[], %s::text[], %s::integer[]) "
+                "AS row (dlq_id, body, received_at, verified, key, "
+                "url, url_group, endpoint, status) "
                 "WHERE NOT EXISTS (SELECT 1 FROM pruned WHERE pruned.key = row.key) "
                 # In dlqId order: two replicas inserting the same dlqIds in different
                 # orders would each wait on a row the other inserted, a deadlock.
@@ -288,6 +297,7 @@ class PostgresStore(Facade):
                     [row.received_at for row in rows],
                     [row.verified for row in rows],
                     [dedup_key(row.dlq_id) for row in rows],
+                    *([fields[at] for fields in listed] for at in range(4)),
                 ),
             )
             return {dlq_id for (dlq_id,) in await cursor.fetchall()}

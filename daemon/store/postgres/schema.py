@@ -19,6 +19,8 @@ calls and batches, a batch's dlqIds) are `jsonb`. Two differences:
 
 from __future__ import annotations
 
+from daemon.store.postgres import listing
+
 # The advisory lock (pg_advisory_xact_lock) under which migrations run: "recoveryd" in ASCII.
 MIGRATION_LOCK = 0x7265636F76657279
 
@@ -272,4 +274,11 @@ LEARNED_RATE = """
     );
 """
 
-MIGRATIONS: tuple[str, ...] = (INITIAL, VERIFIED, REFUSALS, WAITS_FOR_SERVICE, LEARNED_RATE)
+MIGRATIONS: tuple[str, ...] = (
+    INITIAL,
+    VERIFIED,
+    REFUSALS,
+    WAITS_FOR_SERVICE,
+    LEARNED_RATE,
+    listing.SCHEMA,  # migration 6: the console's listings
+)

@@ -21,10 +21,12 @@ import structlog
 
 from daemon.store.facade import Facade
 from daemon.store.interface import Added, Callback, StoreMissing, StoreUnavailable, Unshared
+from daemon.store.listing import listed_fields
 from daemon.store.records import Replica, dedup_key
 from daemon.store.sqlite import endpoints as endpoints
 from daemon.store.sqlite import health as health
 from daemon.store.sqlite import lineage as lineage
+from daemon.store.sqlite import listing as listing
 from daemon.store.sqlite import notify as notify
 from daemon.store.sqlite import pipeline as pipeline
 from daemon.store.sqlite import rate as rate
@@ -33,8 +35,8 @@ from daemon.store.sqlite import rotations as rotations
 from daemon.store.sqlite import sweeps as sweeps
 
 T = TypeVar("T")
-# At most 5 parameters a row: 995 stays under the 999 that SQLite before 3.32 allows.
-ROWS_PER_STATEMENT = 199
+# At most 9 parameters a row: 990 stays under the 999 that SQLite before 3.32 allows.
+ROWS_PER_STATEMENT = 110
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 CACHE_KIB = 64 * 1024  # the pages of the indexes that ingest and claims walk stay in memory
 log = structlog.get_logger(__name__)
@@ -64,6 +66,7 @@ MIGRATIONS = (
     pipeline.REFUSALS,
     pipeline.WAITS_FOR_SERVICE,
     rate.SCHEMA,
+    listing.SCHEMA,
 )
 
 
@@ -72,7 +75,7 @@ class SQLiteStore(Facade):
 
     shared = False
     _pipeline, _notify, _retention, _rotations = pipeline, notify, retention, rotations
-    _rate, _sweeps, _endpoints = rate, sweeps, endpoints
+    _rate, _sweeps, _endpoints, _listing = rate, sweeps, endpoints, listing
 
     def __init__(
         self,
@@ -317,17 +320,20 @@ class SQLiteStore(Facade):
 def insert_new_callbacks(connection: sqlite3.Connection, rows: Sequence[Callback]) -> set[str]:
     """Insert those of `rows` (distinct dlqIds) that have no record and were not pruned;
     their dlqIds."""
-    values = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
     cursor = connection.execute(
-        "INSERT INTO callbacks (dlq_id, body, received_at, verified) "
-        f"SELECT column1, column2, column3, column4 FROM (VALUES {values}) AS new "
+        "INSERT INTO callbacks "
+        "(dlq_id, body, received_at, verified, url, url_group, endpoint, status) "
+        "SELECT column1, column2, column3, column4, column6, column7, column8, column9 "
+        f"FROM (VALUES {values}) AS new "
         "WHERE NOT EXISTS (SELECT 1 FROM pruned WHERE key = new.column5) "
         "ON CONFLICT (dlq_id) DO NOTHING",
         [
             field
             for row in rows
             for field in (
-                row.dlq_id, row.body, row.received_at, row.verified, dedup_key(row.dlq_id)
+                row.dlq_id, row.body, row.received_at, row.verified, dedup_key(row.dlq_id),
+                *listed_fields(row.body),
             )
         ],
     )  # fmt: skip
