@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
@@ -32,16 +32,13 @@ from daemon.rules import FileError, Unreadable, facts
 from daemon.rules.callback import message_of
 from daemon.rules.explain import explain
 from daemon.rules.live import LiveRules
-from daemon.store import Store, StoreUnavailable
+from daemon.store import RecordQuery, Store, StoreUnavailable
 from daemon.store.records import FINAL, STATES
 from daemon.store.removals import RestoreRefused
 from daemon.sweeps.command import would_select
 from daemon.sweeps.plan import plan
 from daemon.sweeps.scheduler import Sweeper
 from daemon.upstream import ServiceClient, ServiceError
-
-if TYPE_CHECKING:
-    from daemon.store.interface import RecordQuery
 
 log = structlog.get_logger(__name__)
 
@@ -86,16 +83,14 @@ class Console:
 
     # -- rendering -------------------------------------------------------------------
 
-    def render(
-        self, request: Request, template: str, status: int = 200, **context: Any
-    ) -> Response:
+    def render(self, request: Request, template: str, code: int = 200, **context: Any) -> Response:
         """The page, with the CSRF token its forms carry (a new one set as a cookie)."""
         known = request.cookies.get(security.CSRF_COOKIE)
         csrf = known or security.new_csrf()
         html = self.env.get_template(template).render(
             csrf=csrf, token_set=self.key is not None, here=request.url.path, **context
         )
-        response = HTMLResponse(html, status)
+        response = HTMLResponse(html, code)
         if known is None:
             response.set_cookie(
                 security.CSRF_COOKIE, csrf, httponly=True, samesite="strict", path="/ui"
@@ -213,7 +208,6 @@ class Console:
 
     def _query(self, params: Mapping[str, str]) -> tuple[RecordQuery, str | None]:
         """The filters of the failures list as the store's query; a bad one's message."""
-        from daemon.store.interface import RecordQuery  # TEMP until i38-store is merged
 
         given = {key: params.get(key) or None for key in ("state", "rule", "action", "q", "cursor")}
         if given["state"] is not None and given["state"] not in STATES:

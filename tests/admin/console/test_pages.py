@@ -3,11 +3,11 @@ with its data, and a callback's hostile fields show as text."""
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from markupsafe import escape
 
 from tests.admin.console.support import HOSTILE, HOSTILE_ID, MARKUP, console, post_hostile
 
@@ -95,8 +95,8 @@ async def test_hostile_callback_fields_show_as_text_on_the_list(tmp_path: Path) 
         page = await c.ui.get("/ui/failures")
     assert page.status_code == 200
     assert not [markup for markup in MARKUP if markup in page.text]
-    assert html.escape(HOSTILE["topicName"]) in page.text
-    assert f'data-dlq-id="{html.escape(HOSTILE_ID)}"' in page.text
+    assert escape(HOSTILE["topicName"]) in page.text
+    assert f'data-dlq-id="{escape(HOSTILE_ID)}"' in page.text
 
 
 async def test_hostile_callback_fields_show_as_text_on_the_failure_page(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ async def test_hostile_callback_fields_show_as_text_on_the_failure_page(tmp_path
         page = await c.ui.get(f"/ui/failures/{quote(HOSTILE_ID, safe='')}")
     assert page.status_code == 200
     assert not [markup for markup in MARKUP if markup in page.text]
-    assert html.escape(HOSTILE["endpointName"]) in page.text
+    assert escape(HOSTILE["endpointName"]) in page.text
     assert "javascript:alert(1)" in page.text  # as text, in a <code>, never an href
     assert "endpoint-s3cret" not in page.text
 
