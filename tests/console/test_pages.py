@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.async_api import Browser, Page, StorageState, expect
 
-from tests.console.support import ADMIN_TOKEN, NAV, Console, session_cookie, state
+from tests.console.support import ADMIN_TOKEN, NAV, Console, runs, session_cookie, state
 from tests.endpoints.support import group_endpoints, removals
 from tests.support import eventually
 
@@ -61,6 +61,21 @@ async def test_failures_filtered_by_rule_are_those_the_rule_decided(
     await expect(rows).to_have_count(len(console.billing))
     shown = [await row.get_attribute("data-dlq-id") or "" for row in await rows.all()]
     assert sorted(shown) == sorted(console.billing)
+
+
+async def test_the_failures_list_shows_a_new_failure_without_a_reload(
+    page: Page, console: Console
+) -> None:
+    """console.js polls the list's fragment: a failure that comes in after the page was
+    served appears in it, and the page is still the one served (a mark set on it stays)."""
+    await page.goto("/ui/failures")
+    await expect(page.locator("#failures tbody tr[data-dlq-id]").first).to_be_visible()
+    await page.evaluate("window.servedOnce = true")
+    [dlq_id] = await console.h.seed(runs("live", 1))
+    await console.h.send_callbacks([dlq_id])
+
+    await expect(page.locator(f'#failures tr[data-dlq-id="{dlq_id}"]')).to_be_visible()
+    assert await page.evaluate("window.servedOnce") is True
 
 
 async def test_a_failure_shows_its_rule_state_and_timeline(page: Page, console: Console) -> None:
