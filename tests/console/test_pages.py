@@ -150,7 +150,10 @@ async def test_the_token_logs_in_a_wrong_one_is_refused_and_logout_ends_the_sess
         log_in = page.locator("#login").get_by_role("button", name="Log in")
 
         await token.fill("not-the-token")
-        await log_in.click()
+        async with page.expect_response(lambda answer: answer.request.method == "POST") as posted:
+            await log_in.click()
+        refused = await posted.value
+        assert 400 <= refused.status < 500, refused.status
         await expect(page.locator("#login")).to_be_visible()
         assert "recoveryd_session" not in [c["name"] for c in await context.cookies()]
         assert "not-the-token" not in await page.content()
