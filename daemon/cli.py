@@ -362,6 +362,40 @@ def removals(group: str | None, as_json: bool) -> None:
     click.echo(json.dumps(found, indent=2) if as_json else described(found))
 
 
+@main.command(short_help="List dlqId records, newest first.")
+@click.option("--state", help="Only records in this state.")
+@click.option("--rule", help="Only records decided by this rule.")
+@click.option("--action", help="Only records of this action (resume, restart...).")
+@click.option("--since", type=_Duration(), help="Only records received this recently (24h).")
+@click.option("--q", "q", help="Only the record of this dlqId, run id, URL or URL Group.")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True,
+              help="At most this many.")  # fmt: skip
+@click.option("--cursor", help="Go on from the page before (its `next`, as printed).")
+@click.option("--json", "as_json", is_flag=True, help="Print them as JSON, as the admin API does.")
+def ls(since: float | None, limit: int, as_json: bool, **wanted: str | None) -> None:
+    """List the dlqId records, newest received first (the data of GET /api/v1/dlq): each
+    one's state, rule, action, the failed delivery's status and its URL Group and endpoint
+    (or URL). A running daemon (on RECOVERYD_ADMIN_LISTEN) is asked; with none running,
+    the store (RECOVERYD_STORE) is read here."""
+    from daemon.admin.ls import ListError, records_now, table
+    from daemon.foundation.logs import configure_command_logging
+    from daemon.store import StoreMissing
+
+    settings = _settings()
+    configure_command_logging(settings)
+    given = {name: value for name, value in wanted.items() if value is not None}
+    try:
+        page = asyncio.run(records_now(settings, given, since, limit))
+    except (ListError, StoreMissing) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(page, indent=2))
+        return
+    click.echo(table(page["items"]) if page["items"] else "no records")
+    if page["next"] is not None:
+        click.echo(f"more: recoveryd ls ... --cursor {page['next']}")
+
+
 @main.command("restore-endpoint", short_help="Put a removed endpoint back into its URL Group.")
 @click.argument("group")
 @click.argument("name")

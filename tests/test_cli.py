@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ import pytest
 from daemon.store import open_store
 from tests.processes import free_port
 from tests.store.support import settled
+from tests.support import callback_json, running_recoveryd, signed
 
 RECOVERYD = [sys.executable, "-m", "daemon"]
 
@@ -272,6 +274,7 @@ def test_emulator_serves_until_terminated() -> None:
         (("redrive",), NO_DAEMON),
         (("redrive", "--yes"), NO_DAEMON),
         (("removals",), NO_DAEMON),
+        (("ls",), NO_DAEMON),
         (("restore-endpoint", "orders", "legacy"), NO_DAEMON | SERVICE),
     ],
 )
@@ -426,3 +429,49 @@ def test_a_postgresql_store_that_cannot_be_reached_is_one_line_saying_why(
     )
     assert "Connection refused" in line
     assert "s3cret" not in result.stderr
+
+
+def test_ls_lists_the_records_of_the_store_newest_first(tmp_path: Path) -> None:
+    """With no daemon, the store is read: a table for people, filtered by state."""
+    now = time.time()
+
+    async def records() -> None:
+        async with open_store(f"sqlite:///{tmp_path / 'recoveryd.db'}") as store:
+            await settled(store, ["ls-failed"], "failed", now=now - 60)
+            await settled(store, ["ls-done"], "done", now=now - 30, body=callback_json("ls-done"))
+            await settled(store, ["ls-old"], "failed", now=now - 7200)
+
+    asyncio.run(records())
+    listed = run_in(tmp_path, "ls", **NO_DAEMON)
+    failed = run_in(tmp_path, "ls", "--state", "failed", "--since", "1h", **NO_DAEMON)
+    as_json = run_in(tmp_path, "ls", "--json", "--limit", "1", **NO_DAEMON)
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["RECEIVED", "DLQID", "STATE", "RULE", "ACTION", "STATUS",
+                                "URL", "GROUP", "/", "URL"], listed.stderr  # fmt: skip
+    assert [line.split()[1] for line in lines[1:]] == ["ls-done", "ls-failed", "ls-old"]
+    assert lines[1].split()[2:] == ["done", "rule-a", "resume", "503", "orders/fulfilment"]
+    assert [line.split()[1] for line in failed.stdout.splitlines()[1:]] == ["ls-failed"]
+    page = json.loads(as_json.stdout)
+    assert [item["dlqId"] for item in page["items"]] == ["ls-done"]
+    assert page["next"]
+
+
+async def test_ls_asks_a_running_daemon(tmp_path: Path) -> None:
+    """With a daemon on RECOVERYD_ADMIN_LISTEN, its /api/v1/dlq answers, not the store."""
+    (tmp_path / "daemon").mkdir()
+    async with running_recoveryd(tmp_path / "daemon") as recoveryd:
+        body = callback_json("ls-asked")
+        sent = await recoveryd.public.post("/callbacks", content=body, headers=signed(body))
+        assert sent.status_code == 200, sent.text
+        listen = str(recoveryd.admin.base_url).removeprefix("http://").rstrip("/")
+        result = await asyncio.to_thread(
+            run_in, tmp_path, "ls", "--q", "orders", ADMIN_LISTEN=listen
+        )
+        refused = await asyncio.to_thread(
+            run_in, tmp_path, "ls", "--state", "lost", ADMIN_LISTEN=listen
+        )
+    assert [line.split()[1] for line in result.stdout.splitlines()[1:]] == ["ls-asked"], (
+        result.stderr
+    )
+    assert refused.returncode == 1
+    assert "'lost' is not a state" in refused.stderr

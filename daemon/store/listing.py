@@ -19,6 +19,10 @@ from daemon.store.interface import BadQuery, Page, RecordQuery
 from daemon.store.records import STATES
 
 MAX_LIMIT = 500
+# The listed texts (url, URL Group, endpoint) are kept to this many characters: an index
+# entry of PostgreSQL's holds at most 2,704 bytes, and a callback whose URL made one
+# larger would fail its whole commit. A search (`q`) compares as many.
+MAX_LISTED = 500
 MAX_MINUTES = 24 * 60
 # A record's columns as a listing selects them, in this order.
 RECORD_COLUMNS = (
@@ -45,9 +49,9 @@ def listed_fields(body: bytes) -> tuple[str | None, str | None, str | None, int 
     url, group, endpoint = (found.get(key) for key in ("url", "topicName", "endpointName"))
     status = found.get("status")
     return (
-        url if isinstance(url, str) else None,
-        group if isinstance(group, str) else None,
-        endpoint if isinstance(endpoint, str) else None,
+        url[:MAX_LISTED] if isinstance(url, str) else None,
+        group[:MAX_LISTED] if isinstance(group, str) else None,
+        endpoint[:MAX_LISTED] if isinstance(endpoint, str) else None,
         status if _http_status(status) else None,
     )
 
@@ -77,6 +81,7 @@ def check_limit(limit: int) -> None:
 BATCH_STATES = ("pending", "settled")
 # What `q` matches exactly, each column with an index of its own led by it.
 Q_COLUMNS = ("dlq_id", "workflow_run_id", "url", "url_group")
+_Q_PARAMETER = {"dlq_id": "q", "workflow_run_id": "q", "url": "q_listed", "url_group": "q_listed"}
 NEWEST_FIRST = "ORDER BY received_at DESC, dlq_id DESC"
 Mark = Callable[[str], str]  # a parameter's placeholder by name: ":x" or "%(x)s"
 
@@ -104,10 +109,11 @@ def records_sql(query: RecordQuery, mark: Mark) -> tuple[str, dict[str, Any]]:
     if query.q is None:
         condition = f"WHERE {' AND '.join(where)}" if where else ""
         return f"SELECT {RECORD_COLUMNS} FROM callbacks {condition} {page}", params
-    params["q"], q = query.q, mark("q")
+    params["q"], params["q_listed"] = query.q, query.q[:MAX_LISTED]
     walks = " UNION ".join(
         f"SELECT * FROM (SELECT {RECORD_COLUMNS} FROM callbacks "
-        f"WHERE {' AND '.join([f'{column} = {q}', *where])} {page}) AS by_{column}"
+        f"WHERE {' AND '.join([f'{column} = {mark(_Q_PARAMETER[column])}', *where])} "
+        f"{page}) AS by_{column}"
         for column in Q_COLUMNS
     )
     return f"SELECT * FROM ({walks}) AS found {page}", params

@@ -31,3 +31,12 @@ def test_a_state_that_is_not_final_is_refused_without_a_guess() -> None:
 def test_an_unknown_key_is_refused_with_the_nearest_key() -> None:
     """A key the filter does not take is an unknown key, with the nearest one."""
     assert refusal({"stats": ["failed"]}) == "stats: unknown key 'stats'; did you mean 'states'?"
+
+
+def test_an_empty_selection_of_dlq_ids_is_refused() -> None:
+    """`dlqIds: []` would select nothing by mistake: refused, naming the field."""
+    assert refusal({"dlqIds": []}).startswith("dlqIds: ")
+
+
+def test_a_selection_of_dlq_ids_is_taken_as_given() -> None:
+    assert RedriveFilter.from_json({"dlqIds": ["b", "a"]}).dlqIds == ("b", "a")

@@ -1245,6 +1245,16 @@ def test_notes_warn_about_what_is_unsafe(
     assert found == warnings
 
 
+@pytest.mark.parametrize(("value_set", "asks"), [("default", True), ("admin-open", False)])
+def test_notes_say_how_to_reach_the_console(chart: helm.Chart, value_set: str, asks: bool) -> None:
+    """Through the admin Service's port-forward, at /ui/, asking for the token when the
+    admin API needs it."""
+    rendered = chart.render(VALUE_SETS[value_set], name=RELEASE, namespace=NAMESPACE)
+    notes = rendered["recoveryd/templates/NOTES.txt"]
+    assert "the console: http://localhost:9090/ui/" in notes
+    assert ("asks for the admin token once" in notes) is asks
+
+
 PUBLIC_URL = "https://recoveryd.example.com/callbacks"
 TLS = [{"secretName": "recoveryd-tls", "hosts": ["recoveryd.example.com"]}]
 

@@ -3,11 +3,13 @@ activity): filters, keyset paging, and the groups' counts kept through every mov
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
 from daemon.store import BadQuery, RecordQuery, Store
+from daemon.store import listing as shared
 from daemon.store.postgres import listing as postgres_listing
 from daemon.store.records import Outcome
 from daemon.store.sqlite import listing as sqlite_listing
@@ -186,6 +188,7 @@ async def test_records_from_before_the_migration_are_listed_and_grouped(
         "old-3": b"\xff not json",
         "old-4": b"[1, 2]",
         "old-5": json.dumps({"url": "https://o/1", "status": 99999999999}).encode(),
+        "old-6": body("https://o/" + "é" * 900),
     }
     for at, (dlq_id, stored) in enumerate(rows.items()):
         literal = f"x'{stored.hex()}'" if open_store.kind == "sqlite" else f"'\\x{stored.hex()}'"
@@ -204,6 +207,47 @@ async def test_records_from_before_the_migration_are_listed_and_grouped(
         "old-3": (None, None, None, None),
         "old-4": (None, None, None, None),
         "old-5": ("https://o/1", None, None, None),
+        "old-6": (("https://o/" + "é" * 900)[: shared.MAX_LISTED], None, None, 500),
     }
     counts = {(g["urlGroup"], g["url"]): g["count"] for g in groups}
-    assert counts == {("grp", None): 1, (None, None): 3, (None, "https://o/1"): 1}
+    assert counts == {
+        ("grp", None): 1, (None, None): 3, (None, "https://o/1"): 1, (None, listed["old-6"][0]): 1
+    }  # fmt: skip
+
+
+async def test_groups_follow_a_redrive_decided_again_by_another_rule(
+    open_store: OpenStore,
+) -> None:
+    """A rule change moves a record to the other rule's group; counts match the table."""
+    grouped = body("https://x/1", "orders", "ep-1", 500)
+    async with open_store() as store:
+        await settled(store, ["m-1", "m-2"], "failed", now=NOW, rule="rule-a", body=grouped)
+        await store.redrive(now=NOW + 1, apply=True)
+        await store.claim(OWNER, 1, 60.0, NOW + 2)
+        [claimed] = [dlq_id for dlq_id in ("m-1", "m-2")
+                     if (await store.record(dlq_id) or {}).get("fetchAttempts")]  # fmt: skip
+        again = Outcome(claimed, "skipped", rule="rule-b", action="resume", overrides="{}")
+        await store.settle(OWNER, [again], NOW + 2)
+        groups = await store.failure_groups()
+        outcomes = await store.rule_outcomes()
+    assert {(g["rule"], tuple(sorted(g["states"].items()))) for g in groups} == {
+        ("rule-a", (("received", 1),)), ("rule-b", (("skipped", 1),))
+    }  # fmt: skip
+    counted = open_store.query(
+        "SELECT rule, state, count(*) FROM callbacks WHERE rule IS NOT NULL GROUP BY rule, state"
+    )
+    assert outcomes == {rule: {state: n} for rule, state, n in counted}
+
+
+async def test_a_callback_with_a_very_long_url_is_stored_and_found(open_store: OpenStore) -> None:
+    """Its listed URL is cut to MAX_LISTED characters (an index entry has a size limit);
+    a search for the whole URL still finds it."""
+    # Hashes, which PostgreSQL cannot compress into an index entry's room.
+    noise = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(100))
+    url = "https://long/" + noise
+    async with open_store() as store:
+        await received(store, "long-1", at=NOW, body=body(url, noise, noise))
+        page = await store.list_records(RecordQuery(q=url))
+    [item] = page.items
+    assert item["url"] == url[: shared.MAX_LISTED]
+    assert len(item["urlGroup"]) == shared.MAX_LISTED

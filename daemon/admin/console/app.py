@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from daemon.admin.console import security, views
-from daemon.admin.redrive import RedriveFilter, redrive_told
+from daemon.admin.redrive import RedriveFilter, redrive, redrive_told
 from daemon.endpoints.restore import RestoreFailed, restore_told
 from daemon.foundation.durations import parse_duration
 from daemon.metrics import Metrics
@@ -292,9 +292,7 @@ class Console:
         if not dlq_ids:
             return RedirectResponse("/ui/failures", 303)
         selection = _selection(dlq_ids, dry_run=True)
-        answer = await redrive_told(
-            self.parts.store, selection, self.now(), self.parts.metrics, self.parts.on_redriven
-        )
+        answer = await redrive(self.parts.store, selection, self.now())
         return self.render(request, "redrive.html", asked=dlq_ids, answer=answer, done=False)
 
     async def redrive(self, request: Request) -> Response:
@@ -314,14 +312,13 @@ class Console:
     async def restore_confirm(self, request: Request) -> Response:
         group = request.query_params.get("group", "")
         name = request.query_params.get("name", "")
+        # Newest first: the first of the endpoint's is the one a restore undoes.
+        removals = await self.parts.store.removals(group)
         removal = next(
-            (
-                found
-                for found in await self.parts.store.removals(group)
-                if name in (found["endpoint"].get("name"), found["endpoint"].get("url"))
-            ),
+            (found for found in removals
+             if name in (found["endpoint"].get("name"), found["endpoint"].get("url"))),
             None,
-        )
+        )  # fmt: skip
         return self.render(request, "restore.html", group=group, name=name, removal=removal)
 
     async def restore(self, request: Request) -> Response:
@@ -387,7 +384,7 @@ def _selection(dlq_ids: tuple[str, ...], *, dry_run: bool) -> RedriveFilter:
 def _callback(body: bytes) -> dict[str, Any] | None:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # it was checked on the way in; never a 500 here
         return None
     return data if isinstance(data, dict) else None
 

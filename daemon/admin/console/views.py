@@ -106,7 +106,7 @@ def timeline(record: Mapping[str, Any]) -> list[Step]:
             steps.append(Step(call.get("at"), f"batch {batch.get('id')} call", _call(call)))
     for call in record.get("calls") or []:
         if isinstance(call, Mapping):
-            steps.append(Step(call.get("at"), "call", _call(call)))
+            steps.append(Step(call.get("at"), "fetched", _call(call)))
     return sorted(steps, key=lambda step: step.at if step.at is not None else 0.0)
 
 

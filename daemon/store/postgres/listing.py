@@ -30,6 +30,8 @@ def _delta(rows: str, sign: str, seen: bool) -> str:
 
 _APPEND = f"INSERT INTO group_count_deltas ({_KEY}, n, first_seen, last_seen) "
 
+_CUT = listing.MAX_LISTED  # the listed texts' length
+
 # Migration 6: see sqlite/listing.py's SCHEMA (the same columns and indexes, the same
 # backfill from the bodies stored: a body that is not JSON in UTF-8 leaves them NULL).
 # batches_by_state gains the id, for the keyset's order of list_batches.
@@ -43,11 +45,12 @@ SCHEMA = f"""
         RETURN NULL;
     END $$;
     UPDATE callbacks SET
-        url = CASE WHEN jsonb_typeof(j -> 'url') = 'string' THEN j ->> 'url' END,
+        url = CASE WHEN jsonb_typeof(j -> 'url') = 'string'
+            THEN left(j ->> 'url', {_CUT}) END,
         url_group = CASE WHEN jsonb_typeof(j -> 'topicName') = 'string'
-            THEN j ->> 'topicName' END,
+            THEN left(j ->> 'topicName', {_CUT}) END,
         endpoint = CASE WHEN jsonb_typeof(j -> 'endpointName') = 'string'
-            THEN j ->> 'endpointName' END,
+            THEN left(j ->> 'endpointName', {_CUT}) END,
         status = CASE WHEN (j ->> 'status') ~ '^[1-9][0-9][0-9]$'
             AND jsonb_typeof(j -> 'status') = 'number' THEN (j ->> 'status')::integer END
         FROM (SELECT dlq_id AS id, recoveryd_body_json(body) AS j FROM callbacks) AS parsed
@@ -60,11 +63,11 @@ SCHEMA = f"""
         WHERE rule IS NOT NULL;
     CREATE INDEX callbacks_by_action ON callbacks (action, received_at, dlq_id)
         WHERE action IS NOT NULL;
-    CREATE INDEX callbacks_by_run_id ON callbacks (workflow_run_id, received_at, dlq_id)
+    CREATE INDEX callbacks_by_run_id ON callbacks (workflow_run_id, received_at)
         WHERE workflow_run_id IS NOT NULL;
-    CREATE INDEX callbacks_by_url ON callbacks (url, received_at, dlq_id)
+    CREATE INDEX callbacks_by_url ON callbacks (url, received_at)
         WHERE url IS NOT NULL;
-    CREATE INDEX callbacks_by_url_group ON callbacks (url_group, received_at, dlq_id)
+    CREATE INDEX callbacks_by_url_group ON callbacks (url_group, received_at)
         WHERE url_group IS NOT NULL;
     CREATE INDEX callbacks_by_decision ON callbacks (decided_at)
         WHERE decided_at IS NOT NULL;

@@ -13,7 +13,8 @@ calls and batches, a batch's dlqIds) are `jsonb`. Two differences:
   state, appended by statement triggers and folded back by `pipeline.status`), not in
   one row a state as SQLite does: every transaction from every replica would update
   those few rows, queueing behind each other's commits, and deadlocking when two move
-  dlqIds between the same states in opposite orders;
+  dlqIds between the same states in opposite orders; so are the failure groups' counts
+  (`group_count_deltas`, listing.py), for the same reason;
 * a pruned dlqId's key is a `bigint` (the same first 8 bytes of its sha256).
 """
 

@@ -60,6 +60,8 @@ def _uncounted(row: str) -> str:
     )
 
 
+_CUT = listing.MAX_LISTED  # the listed texts' length
+
 # Migration 18: what a record is listed and grouped by, from its callback (filled at
 # insert, `listing.listed_fields`; here from the bodies stored, for the rows there are);
 # the indexes each filter of the listing walks; the groups' counts, kept by triggers.
@@ -73,11 +75,11 @@ SCHEMA = f"""
     ALTER TABLE callbacks ADD COLUMN status INTEGER;
     UPDATE callbacks SET
         url = CASE WHEN json_type(CAST(body AS TEXT), '$.url') = 'text'
-            THEN json_extract(CAST(body AS TEXT), '$.url') END,
+            THEN substr(json_extract(CAST(body AS TEXT), '$.url'), 1, {_CUT}) END,
         url_group = CASE WHEN json_type(CAST(body AS TEXT), '$.topicName') = 'text'
-            THEN json_extract(CAST(body AS TEXT), '$.topicName') END,
+            THEN substr(json_extract(CAST(body AS TEXT), '$.topicName'), 1, {_CUT}) END,
         endpoint = CASE WHEN json_type(CAST(body AS TEXT), '$.endpointName') = 'text'
-            THEN json_extract(CAST(body AS TEXT), '$.endpointName') END,
+            THEN substr(json_extract(CAST(body AS TEXT), '$.endpointName'), 1, {_CUT}) END,
         status = CASE WHEN json_type(CAST(body AS TEXT), '$.status') = 'integer'
             AND json_extract(CAST(body AS TEXT), '$.status') BETWEEN 100 AND 999
             THEN json_extract(CAST(body AS TEXT), '$.status') END
@@ -90,11 +92,11 @@ SCHEMA = f"""
         WHERE rule IS NOT NULL;
     CREATE INDEX callbacks_by_action ON callbacks (action, received_at, dlq_id)
         WHERE action IS NOT NULL;
-    CREATE INDEX callbacks_by_run_id ON callbacks (workflow_run_id, received_at, dlq_id)
+    CREATE INDEX callbacks_by_run_id ON callbacks (workflow_run_id, received_at)
         WHERE workflow_run_id IS NOT NULL;
-    CREATE INDEX callbacks_by_url ON callbacks (url, received_at, dlq_id)
+    CREATE INDEX callbacks_by_url ON callbacks (url, received_at)
         WHERE url IS NOT NULL;
-    CREATE INDEX callbacks_by_url_group ON callbacks (url_group, received_at, dlq_id)
+    CREATE INDEX callbacks_by_url_group ON callbacks (url_group, received_at)
         WHERE url_group IS NOT NULL;
     CREATE INDEX callbacks_by_decision ON callbacks (decided_at)
         WHERE decided_at IS NOT NULL;

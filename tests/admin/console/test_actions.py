@@ -5,9 +5,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from markupsafe import escape
 from structlog.testing import capture_logs
 
-from tests.admin.console.support import RULES, console, csrf_of, settled
+from tests.admin.console.support import (
+    HOSTILE_ID,
+    RULES,
+    console,
+    csrf_of,
+    post_hostile,
+    settled,
+)
+from tests.endpoints.support import (
+    dead_letter,
+    endpoints,
+    fail,
+    finished_removals,
+    group_endpoints,
+    put_group,
+    rules,
+)
+from tests.pipeline.support import harness
 
 
 async def test_redrive_asks_first_then_puts_the_dlq_id_back(tmp_path: Path) -> None:
@@ -30,6 +48,19 @@ async def test_redrive_asks_first_then_puts_the_dlq_id_back(tmp_path: Path) -> N
     assert {"event": "redriven", "via": "console", "dlq_ids": 1}.items() <= next(
         log for log in logs if log["event"] == "redriven"
     ).items()
+
+
+async def test_a_selection_is_confirmed_whole(tmp_path: Path) -> None:
+    """Two final dlqIds ticked on the list: the confirmation carries both."""
+    async with console(tmp_path) as c:
+        await post_hostile(c.daemon)
+        listed = await c.ui.get("/ui/failures")
+        confirm = await c.ui.get("/ui/redrive", params=[("dlqId", c.done), ("dlqId", HOSTILE_ID)])
+    assert f'name="dlqId" value="{c.done}"' in listed.text
+    assert ">Redrive selected</button>" in listed.text
+    assert "These 2 dlqIds go back" in confirm.text
+    assert f'<input type="hidden" name="dlqId" value="{c.done}">' in confirm.text
+    assert f'<input type="hidden" name="dlqId" value="{escape(HOSTILE_ID)}">' in confirm.text
 
 
 async def test_redrive_of_a_dlq_id_not_final_offers_nothing(tmp_path: Path) -> None:
@@ -94,3 +125,32 @@ async def test_restoring_an_endpoint_never_removed_is_refused(tmp_path: Path) ->
     assert "Confirm restore" not in confirm.text
     assert page.status_code == 409
     assert "no removal of endpoint" in page.text
+
+
+async def test_restore_asks_first_then_puts_the_endpoint_back(tmp_path: Path) -> None:
+    """A removed endpoint's row has Restore; the confirmation names it and changes
+    nothing; Confirm restore puts it back in its group, logged via console."""
+    members = endpoints("orders", "a", "b", "c")
+    async with harness(tmp_path, rules(failures=1)) as h:
+        ui = h.recoveryd.admin
+        await put_group(h.control, "orders", members)
+        await fail(h, dead_letter("orders", members[2]))
+        await finished_removals(ui, 1)
+        listed = await ui.get("/ui/removals")
+        confirm = await ui.get("/ui/restore", params={"group": "orders", "name": "c"})
+        still_out = await group_endpoints(h.control, "orders")
+        with capture_logs() as logs:
+            done = await ui.post(
+                "/ui/restore",
+                data={"csrf": csrf_of(confirm.text), "group": "orders", "name": "c"},
+            )
+        back = await group_endpoints(h.control, "orders")
+    assert '<tr data-endpoint="orders/c">' in listed.text
+    assert ">Restore</button>" in listed.text
+    assert ">Confirm restore</button>" in confirm.text
+    assert still_out == members[:2]
+    assert done.status_code == 200
+    assert back == members
+    assert {"event": "endpoint restored", "url_group": "orders", "via": "console"}.items() <= next(
+        log for log in logs if log["event"] == "endpoint restored"
+    ).items()

@@ -3,6 +3,7 @@ with its data, and a callback's hostile fields show as text."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import quote
 
@@ -10,6 +11,7 @@ import pytest
 from markupsafe import escape
 
 from tests.admin.console.support import HOSTILE, HOSTILE_ID, MARKUP, console, post_hostile
+from tests.support import callback_json
 
 NAV = ("Overview", "Failures", "Groups", "Batches", "Removals", "Sweeps", "Rules")
 
@@ -47,6 +49,33 @@ async def test_the_failures_list_shows_each_failure_linked_to_its_page(tmp_path:
     assert f'href="/ui/failures/{c.done}"' in page.text
     assert "resume-workflows" in page.text
     assert '<form id="filter" method="get"' in page.text
+
+
+async def test_the_failures_fragment_is_the_table_alone(tmp_path: Path) -> None:
+    """/ui/fragments/failures, with the page's filters, answers the rows the list polls."""
+    async with console(tmp_path) as c:
+        fragment = await c.ui.get("/ui/fragments/failures", params={"state": "done"})
+    assert fragment.status_code == 200
+    assert fragment.text.startswith('<table id="failures">')
+    assert f'<tr data-dlq-id="{c.done}">' in fragment.text
+
+
+async def test_a_long_list_pages_by_cursor_and_a_later_page_stays_put(tmp_path: Path) -> None:
+    """51 failures: the first page has 50 and a Next page link, which leads to the one
+    left; only the first page is live (a later one would be overwritten by the newest)."""
+    async with console(tmp_path) as c:
+        for number in range(50):
+            body = callback_json(f"1763712{number:06d}-0")
+            assert (await c.daemon.post(body)).status_code == 200
+        first = await c.ui.get("/ui/failures")
+        following = re.search(r'<a href="([^"]+)" rel="next">Next page</a>', first.text)
+        assert following is not None
+        second = await c.ui.get(following.group(1).replace("&amp;", "&"))
+    assert first.text.count("<tr data-dlq-id=") == 50
+    assert "data-live=" in first.text
+    assert second.text.count("<tr data-dlq-id=") == 1
+    assert "data-live=" not in second.text
+    assert "Next page" not in second.text
 
 
 async def test_the_failures_filter_leaves_out_other_rules(tmp_path: Path) -> None:

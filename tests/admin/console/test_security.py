@@ -76,6 +76,7 @@ async def test_logging_in_opens_the_console_and_logging_out_closes_it(tmp_path: 
     assert logged_in.headers["location"] == "/ui/"
     assert overview.status_code == 200
     assert ">Log out</button>" in overview.text
+    assert ADMIN_TOKEN not in overview.text
     assert logged_out.status_code == 303
     assert after.status_code == 303
     assert after.headers["location"] == "/ui/login"
