@@ -73,6 +73,7 @@ async def assert_inert(page: Page) -> None:
 async def test_a_hostile_callback_is_text_on_every_page_and_nothing_of_it_runs(
     page: Page, console: Console
 ) -> None:
+    """Script, markup and javascript: URLs in a callback's fields are shown as text only."""
     shown: dict[str, str] = {}
     pages = {**PAGES, "failure": f"/ui/failures/{console.hostile}",
              "search": f"/ui/failures?q={console.hostile}"}  # fmt: skip
@@ -182,6 +183,7 @@ async def test_a_confirmed_action_without_its_csrf_token_is_refused(
 
 
 async def test_every_post_form_carries_a_csrf_token(page: Page, console: Console) -> None:
+    """Every POST form of every page, Log out's too, carries the hidden csrf field."""
     pages = [*PAGES.values(), f"/ui/failures/{console.failed}"]
     forms = []
     for path in pages:

@@ -32,6 +32,7 @@ async def test_every_page_has_no_serious_accessibility_violation(
     session: StorageState,
     theme: Literal["light", "dark"],
 ) -> None:
+    """Each page and confirmation, in `theme`: screenshot saved, axe finds nothing serious."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     found = []
     context = await browser.new_context(

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.needs("chromium"), pytest.mark.asyncio(loop_scope="mod
 
 
 async def test_the_overview_shows_each_section_and_links_every_page(page: Page) -> None:
+    """One h1, the four sections, and the navigation's seven links."""
     await page.goto("/ui/")
     await expect(page.locator("h1")).to_have_count(1)
     for section in ("backlog", "breakers", "rules-status", "replicas"):
@@ -30,6 +31,7 @@ async def test_the_overview_shows_each_section_and_links_every_page(page: Page) 
 async def test_without_javascript_the_overview_is_complete_as_served(
     browser: Browser, console: Console, session: StorageState
 ) -> None:
+    """With JavaScript off the overview's sections are filled as served."""
     context = await browser.new_context(
         base_url=console.url,
         storage_state=session,
@@ -47,6 +49,7 @@ async def test_without_javascript_the_overview_is_complete_as_served(
 async def test_failures_filtered_by_rule_are_those_the_rule_decided(
     page: Page, console: Console
 ) -> None:
+    """The filter form's rule narrows the list to the dlqIds that rule decided."""
     await page.goto("/ui/failures")
     rows = page.locator("#failures tbody tr[data-dlq-id]")
     await expect(rows.first).to_be_visible()
@@ -79,6 +82,7 @@ async def test_the_failures_list_shows_a_new_failure_without_a_reload(
 
 
 async def test_a_failure_shows_its_rule_state_and_timeline(page: Page, console: Console) -> None:
+    """From the list to a dlqId's page: its rule, its state, a step per history event."""
     dlq_id = console.billing[0]
     await page.goto("/ui/failures?rule=resume-billing")
     await page.locator(f'tr[data-dlq-id="{dlq_id}"]').get_by_role("link", name=dlq_id).click()
@@ -96,6 +100,7 @@ async def test_a_failure_shows_its_rule_state_and_timeline(page: Page, console: 
 async def test_a_removed_endpoint_is_restored_after_confirmation(
     page: Page, console: Console
 ) -> None:
+    """Restore, then Confirm restore: the endpoint is back in its URL Group at the service."""
     await page.goto("/ui/removals")
     row = page.locator('#removals tr[data-endpoint="orders/c"]')
     await row.get_by_role("button", name="Restore").click()
@@ -116,6 +121,7 @@ async def _group_is(console: Console, members: list[dict[str, str]]) -> bool:
 async def test_a_failed_dlq_id_is_redriven_after_confirmation_and_reaches_done(
     page: Page, console: Console
 ) -> None:
+    """Redrive, then Confirm redrive: the dlqId refused five times is recovered."""
     dlq_id = console.failed
     await page.goto(f"/ui/failures/{dlq_id}")
     state_shown = page.locator('#summary dd[data-field="state"]')
@@ -136,6 +142,7 @@ async def test_a_failed_dlq_id_is_redriven_after_confirmation_and_reaches_done(
 async def test_the_token_logs_in_a_wrong_one_is_refused_and_logout_ends_the_session(
     browser: Browser, console: Console
 ) -> None:
+    """/ui/ asks for the token (303); a wrong one is refused; Log out ends the session."""
     context = await browser.new_context(base_url=console.url)
     try:
         page = await context.new_page()
