@@ -32,7 +32,7 @@ from daemon.rules import FileError, Unreadable, facts
 from daemon.rules.callback import message_of
 from daemon.rules.explain import explain
 from daemon.rules.live import LiveRules
-from daemon.store import RecordQuery, Store, StoreUnavailable
+from daemon.store import BadQuery, RecordQuery, Store, StoreUnavailable
 from daemon.store.records import FINAL, STATES
 from daemon.store.removals import RestoreRefused
 from daemon.sweeps.command import would_select
@@ -173,6 +173,8 @@ class Console:
             "last_reload": parts.rules.last_reload,
             "dlq_retention": parts.dlq_retention(),
             "next_rotation": views.next_fire(status["token"]["rotateSchedule"], now),
+            "token_age": now - rotated if (rotated := status["token"]["lastRotationSuccessAt"])
+                         else None,
             "spark": (views.SPARK_WIDTH, views.SPARK_HEIGHT),
         }  # fmt: skip
 
@@ -396,6 +398,10 @@ def console_app(parts: Parts) -> Starlette:
     async def unavailable(request: Request, exc: Exception) -> Response:
         return console.render(request, "unavailable.html", 503, error=str(exc))
 
+    async def bad_query(request: Request, exc: Exception) -> Response:
+        field = exc.field if isinstance(exc, BadQuery) else "?"
+        return console.render(request, "bad_query.html", 400, error=f"{field}: {exc}")
+
     return Starlette(
         routes=[
             Route("/", console.overview),
@@ -424,5 +430,5 @@ def console_app(parts: Parts) -> Starlette:
                 name="static",
             ),
         ],
-        exception_handlers={StoreUnavailable: unavailable},
+        exception_handlers={StoreUnavailable: unavailable, BadQuery: bad_query},
     )

@@ -29,8 +29,10 @@ HEADERS = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
 }
+# Pages show the store's values and carry the CSRF token: never kept by a cache. The
+# static files are the same for a release, and revalidated by their ETag.
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 def session_key(token: str) -> bytes:
@@ -88,10 +90,12 @@ class ConsoleHeaders:
             await self.app(scope, receive, send)
             return
 
+        extra = {} if scope["path"].startswith("/ui/static/") else NO_STORE
+
         async def send_secured(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
-                for name, value in HEADERS.items():
+                for name, value in (HEADERS | extra).items():
                     headers[name] = value
             await send(message)
 

@@ -10,8 +10,9 @@ from urllib.parse import quote
 import pytest
 from markupsafe import escape
 
+from tests.account.support import rotation_settings
 from tests.admin.console.support import HOSTILE, HOSTILE_ID, MARKUP, console, post_hostile
-from tests.support import callback_json
+from tests.support import TOKEN, callback_json
 
 NAV = ("Overview", "Failures", "Groups", "Batches", "Removals", "Sweeps", "Rules")
 
@@ -29,6 +30,19 @@ async def test_the_overview_shows_the_backlog_breakers_rules_and_replicas(tmp_pa
     assert "<polyline" in page.text
     assert page.text.count("<h1>") == 1
     assert all(f">{name}</a>" in page.text for name in NAV)
+
+
+async def test_the_overview_shows_the_tokens_last_rotation_and_age(tmp_path: Path) -> None:
+    """After a rotation: when, and how old the token in use is; the token never shown."""
+    settings = rotation_settings(tmp_path / "credentials.json", ROTATE_SCHEDULE="0 4 * * *")
+    async with console(tmp_path, **settings) as c:
+        before = await c.ui.get("/ui/")
+        assert (await c.ui.post("/-/rotate-token", timeout=30)).status_code == 200
+        after = await c.ui.get("/ui/")
+    assert "old)" not in before.text
+    assert re.search(r"\(token \d+s old\)", after.text)
+    assert "<code>0 4 * * *</code>" in after.text
+    assert TOKEN not in after.text
 
 
 async def test_the_overview_fragment_is_the_live_part_alone(tmp_path: Path) -> None:
@@ -93,6 +107,14 @@ async def test_a_bad_filter_is_a_400_naming_it(tmp_path: Path, field: str, value
         page = await c.ui.get("/ui/failures", params={field: value})
     assert page.status_code == 400
     assert f"{field}: " in page.text
+
+
+@pytest.mark.parametrize("path", ["/ui/failures", "/ui/batches"])
+async def test_a_cursor_no_listing_gave_is_a_400_naming_it(tmp_path: Path, path: str) -> None:
+    async with console(tmp_path) as c:
+        page = await c.ui.get(path, params={"cursor": "not-a-cursor"})
+    assert page.status_code == 400
+    assert "cursor: " in page.text
 
 
 async def test_a_failure_shows_its_summary_timeline_reasoning_and_batch(tmp_path: Path) -> None:

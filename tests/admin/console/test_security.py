@@ -140,6 +140,15 @@ async def test_every_console_response_has_the_security_headers(tmp_path: Path, p
     assert response.headers["referrer-policy"] == "no-referrer"
 
 
+async def test_pages_are_never_cached_and_static_files_may_be(tmp_path: Path) -> None:
+    async with console(tmp_path) as c:
+        page = await c.ui.get("/ui/rules")
+        css = await c.ui.get("/ui/static/console.css")
+    assert page.headers["cache-control"] == "no-store"
+    assert "no-store" not in css.headers.get("cache-control", "")
+    assert "etag" in css.headers
+
+
 async def test_the_csrf_cookie_is_httponly_and_strict(tmp_path: Path) -> None:
     async with console(tmp_path) as c:
         response = await c.ui.get("/ui/sweeps")

@@ -13,6 +13,9 @@
     if (element.contains(document.activeElement) || element.querySelector("input:checked")) return;
     try {
       const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
+      // The session ended (a redirect to the login): the whole page goes there, not the
+      // login form into this element.
+      if (response.redirected) { window.location.assign(response.url); return; }
       if (!response.ok) { element.classList.add("stale"); return; }
       // The fragment is rendered and escaped by the server, as the page was.
       element.innerHTML = await response.text();
