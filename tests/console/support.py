@@ -20,7 +20,9 @@ from tests.support import callback_json, eventually, signed
 
 ADMIN_TOKEN = "adm_console-Tests-token"
 # Where the screenshots go: a folder CI keeps (.ci/run sets it), else one gitignored here.
-SCREENSHOTS = Path(os.environ.get("RECOVERYD_SCREENSHOTS") or Path(__file__).parent / "screenshots")
+# Not a RECOVERYD_* name: recoveryd refuses to start beside a RECOVERYD_* variable that is
+# no setting of its own (daemon/settings.py, as a misspelt one would turn a check off).
+SCREENSHOTS = Path(os.environ.get("CONSOLE_SCREENSHOTS") or Path(__file__).parent / "screenshots")
 
 RULES = """\
 version: 1
