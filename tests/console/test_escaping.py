@@ -29,11 +29,10 @@ pytestmark = [pytest.mark.needs("chromium"), pytest.mark.asyncio(loop_scope="mod
 
 
 @contextmanager
-def nothing_runs(page: Page, *, favicon: bool = True) -> Iterator[list[str]]:
+def nothing_runs(page: Page) -> Iterator[list[str]]:
     """Whatever the page does that a payload could make it do: a dialog, a script error
     or CSP refusal in the console, a request for `x` or a javascript: URL. Checked empty
-    at the end of the block. Without `favicon`, the error of the browser's own request
-    for /favicon.ico is not counted: no page content makes that one."""
+    at the end of the block."""
     seen: list[str] = []
 
     async def dialog(dialog: Dialog) -> None:
@@ -42,7 +41,7 @@ def nothing_runs(page: Page, *, favicon: bool = True) -> Iterator[list[str]]:
 
     def console(message: ConsoleMessage) -> None:
         source = message.location["url"]
-        if message.type == "error" and (favicon or urlsplit(source).path != "/favicon.ico"):
+        if message.type == "error":
             seen.append(f"console error: {message.text} ({source})")
 
     def request(request: Request) -> None:
@@ -79,7 +78,7 @@ async def test_a_hostile_callback_is_text_on_every_page_and_nothing_of_it_runs(
     shown: dict[str, str] = {}
     pages = {**PAGES, "failure": f"/ui/failures/{console.hostile}",
              "search": f"/ui/failures?q={console.hostile}"}  # fmt: skip
-    with nothing_runs(page, favicon=False):
+    with nothing_runs(page):
         for name, path in pages.items():
             await page.goto(path)
             await expect(page.locator("main")).to_be_visible()
