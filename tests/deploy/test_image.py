@@ -479,16 +479,18 @@ def test_the_build_context_is_what_the_build_copies(dockerfile: Dockerfile) -> N
 
 
 def test_the_wheel_holds_every_module_and_nothing_else(image: Image) -> None:
-    """The wheel built from the context has each module of daemon/ in this repository."""
+    """The wheel built from the context has each file of daemon/ in this repository: its
+    modules, and the console's templates, stylesheet, script and icon."""
     (wheel,) = image.wheels.glob("recoveryd-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         packaged = {name for name in archive.namelist() if not name.startswith("recoveryd-")}
-    modules = {
+    files = {
         path.relative_to(ROOT).as_posix()
-        for path in (ROOT / "daemon").rglob("*.py")
-        if "__pycache__" not in path.parts
+        for path in (ROOT / "daemon").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
     }
-    assert packaged == modules
+    assert packaged == files
+    assert "daemon/admin/console/templates/base.html" in packaged
 
 
 def test_the_base_image_is_a_full_python_version_pinned_by_digest_when_given() -> None:
@@ -730,6 +732,11 @@ def test_serve_with_the_image_defaults_writes_only_to_its_volume(
         )
         assert answer.json() == {"status": "accepted", "dlqId": "d-image"}
         assert httpx.get(f"{served.admin_url}/metrics", timeout=10).status_code == 200
+        # The console's templates and static files come from the wheel, on a read-only /.
+        for page in ("/ui/failures?q=d-image", "/ui/static/console.css"):
+            shown = httpx.get(f"{served.admin_url}{page}", timeout=10)
+            assert shown.status_code == 200, shown.text
+        assert "d-image" in httpx.get(f"{served.admin_url}/ui/failures", timeout=10).text
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(timeout=30) == 0, served.log.read_text()
     assert "recoveryd stopped" in served.log.read_text()
