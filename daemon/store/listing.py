@@ -34,6 +34,27 @@ BATCH_COLUMNS = (
 )
 # The group key's empty parts, in the SQLite aggregate (whose key cannot hold NULL).
 NO_TEXT, NO_STATUS = "", 0
+# The indexes the listings walk, alike on both engines (each engine's migration runs
+# them): one led by each filter's column and followed by the page's order, partial where
+# the column is empty at insert (rule, action, run id, decision: ingest pays nothing for
+# them); callbacks_by_state gains dlq_id, for the keyset's order.
+INDEXES = """
+    DROP INDEX callbacks_by_state;
+    CREATE INDEX callbacks_by_state ON callbacks (state, received_at, dlq_id);
+    CREATE INDEX callbacks_by_received ON callbacks (received_at, dlq_id);
+    CREATE INDEX callbacks_by_rule ON callbacks (rule, received_at, dlq_id)
+        WHERE rule IS NOT NULL;
+    CREATE INDEX callbacks_by_action ON callbacks (action, received_at, dlq_id)
+        WHERE action IS NOT NULL;
+    CREATE INDEX callbacks_by_run_id ON callbacks (workflow_run_id, received_at)
+        WHERE workflow_run_id IS NOT NULL;
+    CREATE INDEX callbacks_by_url ON callbacks (url, received_at)
+        WHERE url IS NOT NULL;
+    CREATE INDEX callbacks_by_url_group ON callbacks (url_group, received_at)
+        WHERE url_group IS NOT NULL;
+    CREATE INDEX callbacks_by_decision ON callbacks (decided_at)
+        WHERE decided_at IS NOT NULL;
+"""
 # A record's url, URL Group, endpoint and failed delivery's status (listed_fields).
 Listed = tuple[str | None, str | None, str | None, int | None]
 

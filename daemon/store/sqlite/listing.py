@@ -85,21 +85,7 @@ SCHEMA = f"""
             THEN json_extract(CAST(body AS TEXT), '$.status') END
         WHERE json_valid(CAST(body AS TEXT))
             AND json_type(CAST(body AS TEXT)) = 'object';
-    DROP INDEX callbacks_by_state;
-    CREATE INDEX callbacks_by_state ON callbacks (state, received_at, dlq_id);
-    CREATE INDEX callbacks_by_received ON callbacks (received_at, dlq_id);
-    CREATE INDEX callbacks_by_rule ON callbacks (rule, received_at, dlq_id)
-        WHERE rule IS NOT NULL;
-    CREATE INDEX callbacks_by_action ON callbacks (action, received_at, dlq_id)
-        WHERE action IS NOT NULL;
-    CREATE INDEX callbacks_by_run_id ON callbacks (workflow_run_id, received_at)
-        WHERE workflow_run_id IS NOT NULL;
-    CREATE INDEX callbacks_by_url ON callbacks (url, received_at)
-        WHERE url IS NOT NULL;
-    CREATE INDEX callbacks_by_url_group ON callbacks (url_group, received_at)
-        WHERE url_group IS NOT NULL;
-    CREATE INDEX callbacks_by_decision ON callbacks (decided_at)
-        WHERE decided_at IS NOT NULL;
+    {listing.INDEXES}
     CREATE TABLE group_counts (
         url_group TEXT NOT NULL,
         endpoint TEXT NOT NULL,
