@@ -22,6 +22,7 @@ Run: python -m bench.console [--records N] [--requests N] [--store sqlite|postgr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -62,6 +63,7 @@ ROUNDS = 4
 WARMUP = 3  # GETs of each page before the rounds
 PAGE_50 = 50
 ENGINES = ("sqlite", "postgres")
+SERVICE_RATE = 1000  # the emulator's limit, requests/s, well above what the daemons ask of it
 RULES = [(rule.name, rule.action) for rule in parse_rules(TYPICAL_RULES).rules]
 SAMPLE_BODY: dict[str, Any] = json.loads(SAMPLE.read_text())
 SETTINGS = {"RECOVERYD_RETENTION": "30d"}  # nothing pruned from under the measurement
@@ -108,16 +110,19 @@ class Fill:
 
     @staticmethod
     def url_of(number: int) -> int:
+        """The number of the URL the record's delivery went to."""
         return number * 7 % URLS
+
+    def run_id(self, number: int) -> str | None:
+        """A workflow run's id: a third of the URLs are workflows'."""
+        return f"wfr_{number:08d}" if self.url_of(number) % 3 == 0 else None
 
     def row(self, number: int) -> tuple[Any, ...]:
         """A callbacks row: the columns of COLUMNS."""
         at, dlq_id, state = self.at(number), self.dlq_id(number), self.state(number)
         k = self.url_of(number)
-        url = f"https://svc-{k:03d}.example.com/hooks/{k % 12}"
-        group, endpoint = (f"group-{k % 40:02d}", f"ep-{k:03d}") if k % 2 == 0 else (None, None)
+        url, (group, endpoint), run_id = _url(k), _group(k), self.run_id(number)
         status = STATUSES[(k + number // 1000 % 2) % len(STATUSES)]  # two a URL
-        run_id = f"wfr_{number:08d}" if k % 3 == 0 else None
         body = _body(dlq_id, url, group, endpoint, status, run_id)
         listed = (url, group, endpoint, status, True)
         if state == "received":  # waiting for a retry an hour away: not claimed meanwhile
@@ -154,6 +159,15 @@ class Fill:
                     at,
                     at + 1,
                 )
+
+
+def _url(k: int) -> str:
+    return f"https://svc-{k:03d}.example.com/hooks/{k % 12}"
+
+
+def _group(k: int) -> tuple[str | None, str | None]:
+    """The URL Group and endpoint of URL `k`: half the URLs are a group's endpoint."""
+    return (f"group-{k % 40:02d}", f"ep-{k:03d}") if k % 2 == 0 else (None, None)
 
 
 REASONS = {"failed": "bulk call answered 500", "gone": "the service has no such dlqId",
@@ -283,8 +297,6 @@ def rules_file(folder: Path) -> Path:
 
 @contextlib.contextmanager
 def sqlite_engine(folder: Path, fill: Fill, emulator: Server, detail: int) -> Iterator[Engine]:
-    import asyncio
-
     paths = {kind: folder / f"sqlite-{kind}.db" for kind in ("full", "empty")}
     for path in paths.values():
         asyncio.run(_create_sqlite(path))
@@ -308,15 +320,13 @@ async def _create_sqlite(path: Path) -> None:
 
 async def _create_postgres(url: str) -> None:
     async with PostgresStore.open(url):
-        pass
+        pass  # the schema, as the daemon creates it
 
 
 @contextlib.contextmanager
 def postgres_engine(
     folder: Path, fill: Fill, emulator: Server, detail: int, server: PostgresServer
 ) -> Iterator[Engine]:
-    import asyncio
-
     empty_url = server.url + "_empty"
     with psycopg.connect(server.url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{empty_url.rsplit("/", 1)[1]}"')
@@ -369,12 +379,11 @@ def _groups(server: Server) -> list[dict[str, Any]]:
 def pages(fill: Fill, detail: int, full: Server) -> list[tuple[str, str]]:
     """(name, path) of every page measured; page 50 found by following the cursors."""
     k = fill.url_of(detail)
-    sample = fill.row(detail)
-    run_number = next(n for n in range(detail, fill.records) if fill.url_of(n) % 3 == 0)
-    group_number = next(n for n in range(detail, fill.records) if fill.url_of(n) % 2 == 0)
+    run_number = next(n for n in range(detail, fill.records) if fill.run_id(n))
+    group = next(g for n in range(detail, fill.records) if (g := _group(fill.url_of(n))[0]))
     rule, action = RULES[k % len(RULES)]
-    q = {"dlqId": fill.dlq_id(detail), "run id": fill.row(run_number)[11],
-         "URL": sample[16], "URL Group": fill.row(group_number)[17]}  # fmt: skip
+    q = {"dlqId": fill.dlq_id(detail), "run id": str(fill.run_id(run_number)), "URL": _url(k),
+         "URL Group": group}  # fmt: skip
     reached, cursor = _cursor_of_page(full, PAGE_50)
     listed: list[tuple[str, dict[str, str]]] = [
         ("", {}),
@@ -525,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=options.folder, prefix="bench-console-") as name:
         folder = Path(name)
         try:
-            with drain.emulator_server(folder, 1000) as emulator:
+            with drain.emulator_server(folder, SERVICE_RATE) as emulator:
                 for engine in options.stores:
                     (folder / engine).mkdir()
                     run_engine(engine, options, folder / engine, emulator)
