@@ -53,7 +53,7 @@ async def test_a_rotation_brings_the_token_the_start_lacked(tmp_path: Path) -> N
 
 async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> None:
     """A store stuck behind another process's lock does not answer in time: not ready."""
-    options = {"busy_timeout": 2.0, "read_timeout": 0.1}
+    options = {"busy_timeout": 6.0, "read_timeout": 0.1}
     async with running_recoveryd(tmp_path, store_options=options) as recoveryd:
         with write_locked(tmp_path / "recoveryd.db"):
             stuck = asyncio.create_task(recoveryd.post(callback_json("d-stuck")))
@@ -64,7 +64,7 @@ async def test_readyz_is_503_while_the_store_does_not_answer(tmp_path: Path) -> 
                 response = await recoveryd.public.get("/readyz")
                 return response if response.status_code == 503 else None
 
-            response = await eventually(not_ready, 1.5, "/readyz to answer 503")
+            response = await eventually(not_ready, 4.0, "/readyz to answer 503")
             assert response.json()["error"] == "not ready: store: the store did not answer in time"
         assert (await stuck).json()["status"] == "accepted"
         assert (await recoveryd.public.get("/readyz")).status_code == 200

@@ -42,7 +42,7 @@ QUERIES: dict[str, Callable[[sqlite3.Connection], Any]] = {
     "expire": lambda c: retention.expire_chunk(c, now=NOW, chunk=10),
     "status": lambda c: pipeline.status(c, NOW),
     "inbox_depth": pipeline.inbox_depth,
-    "redrive": lambda c: pipeline.redrive(c, ("failed",), "rule-a", NOW - 10, NOW, False),
+    "redrive": lambda c: pipeline.redrive(c, ("failed",), "rule-a", NOW - 10, None, NOW, False),
     "sends": lambda c: pipeline.sends(c, ["d-1", "d-2"]),
     "record": lambda c: pipeline.record(c, "d-1"),
     # Every batch of callbacks that comes in, one of them known: the rows it inserted
