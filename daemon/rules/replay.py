@@ -1,0 +1,263 @@
+"""What a candidate rules file would have decided on recorded history (`recoveryd replay`).
+
+Pure: the recorded decisions come in a page at a time, in the order they were received
+(`Store.replay_rows`), and each is decided again by the candidate's compiled rules from
+the facts it kept (`fields.unkept`). Nothing is held per record: the report's groups are
+keyed by rules, and each keeps its count and a few example dlqIds; budgets are simulated
+per workflow over the entries of their window only. So memory follows the number of
+rules and the traffic of one budget window, never the size of the store.
+
+A record *changes* when the candidate decides it by another rule or action, or recovers
+it with other overrides. Budgets are the candidate's own, simulated in received order: a
+recovery it would decide, of a workflow it recovered `maxRecoveries` times within the
+rule's window already, is stopped, as the store stops one (store/sqlite/pipeline.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemon.rules.fields import BULKY, unkept
+from daemon.rules.model import RECOVERIES
+from daemon.rules.ruleset import Rule, Ruleset
+from daemon.store.records import OVER_BUDGET, ReplayRow
+
+# Recorded states of a decision that acted, or would have: a recovery in them was made
+# (or is under way), where `skipped` and `dry-run` made none.
+_NOT_ACTED = ("skipped", "dry-run")
+
+
+@dataclass
+class _Tally:
+    """A count and the first dlqIds counted."""
+
+    room: int
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, dlq_id: str) -> None:
+        self.count += 1
+        if len(self.examples) < self.room:
+            self.examples.append(dlq_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "examples": self.examples}
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side of a comparison: the rule that decided, its action, and the overrides of
+    a recovery it made (None when it made none)."""
+
+    rule: str | None
+    action: str | None
+    overrides: str | None
+
+
+class _Budgets:
+    """The candidate's recoveries within its longest budget window, per workflow, in
+    received order: what its budgets count. Older entries are dropped as time moves on."""
+
+    def __init__(self, longest: float) -> None:
+        self._longest = longest
+        self._recent: deque[tuple[float, str]] = deque()
+        self._by_key: dict[str, deque[float]] = {}
+
+    def moved_to(self, now: float) -> None:
+        while self._recent and self._recent[0][0] < now - self._longest:
+            _, key = self._recent.popleft()
+            times = self._by_key[key]
+            times.popleft()
+            if not times:
+                del self._by_key[key]
+
+    def spent(self, rule: Rule, key: str, now: float) -> bool:
+        """Whether `rule`'s budget for workflow `key` is spent at `now`."""
+        budget = rule.spec.budget
+        if budget is None:
+            return False
+        made = 0
+        for at in reversed(self._by_key.get(key, ())):
+            if at < now - budget.within or made >= budget.max_recoveries:
+                break
+            made += 1
+        return made >= budget.max_recoveries
+
+    def recovered(self, key: str, now: float) -> None:
+        if self._longest > 0:
+            self._recent.append((now, key))
+            self._by_key.setdefault(key, deque()).append(now)
+
+    @property
+    def size(self) -> int:
+        return len(self._recent)
+
+
+class Replay:
+    """The candidate's decisions on recorded ones, added in received order, and the
+    report of how they differ. `rule`: report only the records that rule decided, or
+    would decide (the others are still decided, for the budgets they spend). `since`:
+    records received earlier only count towards the candidate's budgets (the budget
+    windows reaching back before the report's start)."""
+
+    def __init__(
+        self,
+        candidate: Ruleset,
+        *,
+        rule: str | None = None,
+        examples: int = 5,
+        since: float | None = None,
+    ) -> None:
+        self.candidate = candidate
+        self.rule = rule
+        self.since = since
+        self._room = examples
+        self._reads = candidate.reads_all & BULKY
+        self._budgets = _Budgets(candidate.longest_budget_window())
+        self.examined = 0
+        self.changed = 0
+        self._groups: dict[tuple[_Side, _Side], _Tally] = {}
+        self._overrides: dict[tuple[_Side, _Side], _Tally] = {}
+        self._stopped = _Tally(examples)
+        self._recovered_again = _Tally(examples)
+        self._live_stopped = 0
+        self._not_replayable = _Tally(examples)
+        self._unkept: set[str] = set()
+
+    def add(self, row: ReplayRow) -> None:
+        facts = unkept(row.facts)
+        decision = self.candidate.decide(facts)
+        after_rule = decision.rule
+        reported = (self.since is None or row.received_at >= self.since) and (
+            self.rule is None or self.rule in (row.rule, after_rule and after_rule.name)
+        )
+        self._budgets.moved_to(row.received_at)
+        missing = (self.candidate.reads(decision) & self._reads) - facts.keys()
+        if missing:
+            if reported:
+                self.examined += 1
+                self._not_replayable.add(row.dlq_id)
+                self._unkept |= missing
+            return
+        after = _side(after_rule)
+        recovers, stopped = self._recovers(after_rule, facts, row)
+        if not reported:
+            return
+        self.examined += 1
+        before = _Side(row.rule, row.action, row.overrides)
+        live_stopped = row.state == "skipped" and (row.reason or "").startswith(OVER_BUDGET)
+        self._live_stopped += live_stopped
+        if stopped and not live_stopped:
+            self._stopped.add(row.dlq_id)
+        if live_stopped and recovers and not stopped:
+            self._recovered_again.add(row.dlq_id)
+        moved = (before.rule, before.action) != (after.rule, after.action)
+        # Overrides compare where both sides are recoveries: the action may change too
+        # (restart to resume), and the overrides each sends are part of the change.
+        differ = None not in (before.overrides, after.overrides) and (
+            before.overrides != after.overrides
+        )
+        if moved or differ:
+            self.changed += 1
+        if moved:
+            self._tally(self._groups, (_decided(before), _decided(after)), row.dlq_id)
+        if differ:
+            self._tally(self._overrides, (before, after), row.dlq_id)
+
+    def _recovers(
+        self, rule: Rule | None, facts: dict[str, Any], row: ReplayRow
+    ) -> tuple[bool, bool]:
+        """Whether the candidate's decision on `row` is a recovery it would make, and
+        whether its rule's budget would stop it (as outcome_of and the store decide)."""
+        if rule is None or rule.action not in RECOVERIES or not facts.get("workflow"):
+            return False, False
+        if self.candidate.dry_run or rule.spec.dry_run:
+            return False, False
+        key = row.workflow_key
+        if key is None:
+            return True, False
+        if self._budgets.spent(rule, key, row.received_at):
+            return True, True
+        self._budgets.recovered(key, row.received_at)
+        return True, False
+
+    def _tally(self, groups: dict[tuple[_Side, _Side], _Tally], key: tuple[_Side, _Side],
+               dlq_id: str) -> None:  # fmt: skip
+        tally = groups.get(key)
+        if tally is None:
+            tally = groups[key] = _Tally(self._room)
+        tally.add(dlq_id)
+
+    @property
+    def held(self) -> int:
+        """Entries held for the budgets: bounded by the traffic of one budget window."""
+        return self._budgets.size
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "candidate": {"source": self.candidate.source, "sha256": self.candidate.digest},
+            "since": self.since,
+            "rule": self.rule,
+            "examined": self.examined,
+            "changed": self.changed,
+            "groups": [
+                {"before": _named(before), "after": _named(after), **tally.to_json()}
+                for (before, after), tally in _most_first(self._groups)
+            ],
+            "overrides": [
+                {
+                    "before": {**_named(before), "overrides": json.loads(before.overrides or "")},
+                    "after": {**_named(after), "overrides": json.loads(after.overrides or "")},
+                    **tally.to_json(),
+                }
+                for (before, after), tally in _most_first(self._overrides)
+            ],
+            "budget": {
+                "stopped": self._stopped.to_json(),
+                "recoveredAgain": self._recovered_again.to_json(),
+                "liveStopped": self._live_stopped,
+            },
+            "notReplayable": {"fields": sorted(self._unkept), **self._not_replayable.to_json()},
+        }
+
+
+def would_change(report: dict[str, Any]) -> bool:
+    """Whether the candidate decides any record otherwise, or budgets one otherwise."""
+    budget = report["budget"]
+    return bool(report["changed"] or budget["stopped"]["count"]
+                or budget["recoveredAgain"]["count"])  # fmt: skip
+
+
+def replay(candidate: Ruleset, rows: Iterable[ReplayRow], **options: Any) -> dict[str, Any]:
+    """The report of `rows` (in received order) replayed at once: for tests and callers
+    whose rows are at hand."""
+    replaying = Replay(candidate, **options)
+    for row in rows:
+        replaying.add(row)
+    return replaying.report()
+
+
+def _decided(side: _Side) -> _Side:
+    return _Side(side.rule, side.action, None)
+
+
+def _side(rule: Rule | None) -> _Side:
+    """The candidate's decision as the store records one (pipeline/decide.py)."""
+    if rule is None:
+        return _Side(None, None, None)
+    overrides = rule.overrides_key if rule.action in RECOVERIES else None
+    return _Side(rule.name, rule.action, overrides)
+
+
+def _named(side: _Side) -> dict[str, Any]:
+    return {"rule": side.rule, "action": side.action}
+
+
+def _most_first(
+    groups: dict[tuple[_Side, _Side], _Tally],
+) -> list[tuple[tuple[_Side, _Side], _Tally]]:
+    return sorted(groups.items(), key=lambda item: (-item[1].count, repr(item[0])))
