@@ -210,6 +210,45 @@ def test_rules(rules: Path, tests: Path, header_prefix: str | None) -> None:
         sys.exit(1)
 
 
+@main.command(short_help="What a rules file would change, replayed on recorded decisions.")
+@click.argument("candidate", type=_RULES_PATH)
+@click.option("--since", default="7d", show_default=True, type=_Duration(),
+              help="Replay the records received this recently.")  # fmt: skip
+@click.option("--rule", help="Only the records this rule decided, or would decide.")
+@click.option("--format", "form", type=click.Choice(("table", "json", "markdown")),
+              default="table", show_default=True, help="table for people, markdown for a "
+              "pull request's comment, json as the admin API answers.")  # fmt: skip
+def replay(candidate: Path, since: float, rule: str | None, form: str) -> None:
+    """Decide the records of the last 7 days (--since) again with the rules in
+    CANDIDATE, from the facts each decision kept, and report what would change: the
+    decisions, by rule and action before and after, the overrides, the budgets' effects,
+    with example dlqIds. A running daemon (on RECOVERYD_ADMIN_LISTEN) is asked; with none
+    running, the store (RECOVERYD_STORE) is read here. Exit status: 0 nothing would
+    change, 1 something would, 2 CANDIDATE is invalid (its problems printed as `check`
+    prints them) or cannot be read."""
+    from daemon.admin.replay import ReplayError, replay_now
+    from daemon.foundation.logs import configure_command_logging
+    from daemon.rules import FileError, Unreadable, load_rules
+    from daemon.rules.replay import would_change
+    from daemon.rules.replay_text import rendered
+    from daemon.store import StoreMissing
+
+    try:
+        ruleset = load_rules(candidate)
+        text = candidate.read_text(encoding="utf-8")  # what a running daemon compiles again
+    except (FileError, Unreadable, OSError) as exc:
+        _fail(str(exc), 2)
+    settings = _settings()
+    configure_command_logging(settings)
+    try:
+        report = asyncio.run(replay_now(settings, ruleset, text, f"{since}s", rule))
+    except (ReplayError, StoreMissing) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(rendered(report, form))
+    if would_change(report):
+        sys.exit(1)
+
+
 def _load_rules(path: Path) -> Any:
     from daemon.rules import FileError, Unreadable, load_rules
 

@@ -29,6 +29,7 @@ from daemon.account import CredentialsFileError, RotationRefused, Rotator
 from daemon.admin.console import Parts, console_app, security
 from daemon.admin.listing import listing_routes
 from daemon.admin.redrive import RedriveError, RedriveFieldError, RedriveFilter, redrive_told
+from daemon.admin.replay import replay_routes
 from daemon.admin.schema import (
     CredentialsReloaded,
     DaemonStatus,
@@ -284,6 +285,7 @@ def admin_app(
 
     app.include_router(_credentials_routes(rotator))
     app.include_router(listing_routes(store, wall_clock))
+    app.include_router(replay_routes(store, wall_clock))
     console = Parts(
         store=store, metrics=metrics, rules=rules, client=client, status=status,
         dlq_retention=rotator.dlq_retention, sweeper=sweeper, on_redriven=on_redriven,

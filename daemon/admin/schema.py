@@ -182,3 +182,62 @@ class FailureGroups(BaseModel):
     """`GET /api/v1/groups`: newest activity first."""
 
     groups: list[FailureGroup]
+
+
+class ReplayCandidate(BaseModel):
+    source: str  # the name it was given (the CLI's path)
+    sha256: str
+
+
+class ReplayDecision(BaseModel):
+    """A decision as replay compares them: its rule and action (null: no rule matched)."""
+
+    rule: str | None
+    action: str | None
+
+
+class ReplayRecovery(ReplayDecision):
+    overrides: dict[str, Any]  # the rule's, as the store records them
+
+
+class ReplayCount(BaseModel):
+    count: int
+    examples: list[str]  # dlqIds, the first few
+
+
+class ReplayGroup(ReplayCount):
+    before: ReplayDecision
+    after: ReplayDecision
+
+
+class ReplayOverrides(ReplayCount):
+    before: ReplayRecovery
+    after: ReplayRecovery
+
+
+class ReplayBudget(BaseModel):
+    stopped: ReplayCount  # recoveries the candidate's budgets would stop, the live ones did not
+    recoveredAgain: ReplayCount  # stopped by the live budgets, recovered by the candidate
+    liveStopped: int  # stopped by the live budgets
+
+
+class NotReplayable(ReplayCount):
+    fields: list[str]  # what the candidate reads and these records did not keep
+
+
+class ReplayReport(BaseModel):
+    """`POST /api/v1/replay`: what the candidate would change (docs/rules.md)."""
+
+    candidate: ReplayCandidate
+    since: float | None  # the records received since then (Unix time); null: all
+    rule: str | None  # the rule reported on (--rule)
+    examined: int
+    changed: int
+    groups: list[ReplayGroup]  # rule and action before -> after, most records first
+    overrides: list[ReplayOverrides]
+    budget: ReplayBudget
+    notReplayable: NotReplayable
+
+
+class ReplayRefused(Error):
+    problems: list[str] | SkipJsonSchema[None] = None  # the candidate's, as `check` says them

@@ -26,13 +26,15 @@ from starlette.staticfiles import StaticFiles
 
 from daemon.admin.console import security, views
 from daemon.admin.redrive import RedriveFilter, redrive, redrive_told
+from daemon.admin.replay import DEFAULT_SINCE, replayed
 from daemon.endpoints.restore import RestoreFailed, restore_told
 from daemon.foundation.durations import parse_duration
 from daemon.metrics import Metrics
-from daemon.rules import FileError, Unreadable, facts
+from daemon.rules import FileError, Unreadable, facts, load_rules
 from daemon.rules.callback import message_of
 from daemon.rules.explain import explain
 from daemon.rules.live import LiveRules
+from daemon.rules.replay_text import summary
 from daemon.rules.testing import results_beside
 from daemon.store import BadQuery, RecordQuery, Store, StoreUnavailable
 from daemon.store.records import FINAL, STATES
@@ -290,7 +292,23 @@ class Console:
             text=text,
             last_reload=self.parts.rules.last_reload,
             states=STATES,
+            reload_would=await self.reload_would(),
         )
+
+    async def reload_would(self) -> dict[str, Any]:
+        """What reloading the rules file would change: the file on disk replayed on the
+        records of the last DEFAULT_SINCE (only when it differs from the rules in force)."""
+        try:
+            candidate = await asyncio.to_thread(load_rules, self.parts.rules.path)
+        except FileError as exc:
+            return {"problems": [str(problem) for problem in exc.problems]}
+        except Unreadable as exc:
+            return {"problems": [str(exc)]}
+        if candidate.digest == self.parts.rules.current.digest:
+            return {"same": True}
+        since = parse_duration(DEFAULT_SINCE)
+        report = await replayed(self.parts.store, candidate, since, None, self.now())
+        return {"report": report, "summary": summary(report), "since": DEFAULT_SINCE}
 
     # -- actions ---------------------------------------------------------------------
 
