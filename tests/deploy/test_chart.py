@@ -421,7 +421,8 @@ def test_an_upgrade_checks_the_new_rules_with_the_new_image_before_changing_anyt
 ) -> None:
     """A pre-install/pre-upgrade hook: its own ConfigMap holds the new rules (the
     release's is not updated yet), its Job runs `recoveryd check` on them with the
-    Deployment's image and security context, once, and is deleted when it passes."""
+    Deployment's image and security context, once; the ConfigMap is deleted when it
+    passes, the Job a day later (its log holds the replay's summary)."""
     rules = "version: 1\nrules: []\n"
     manifests = render(merged(REQUIRED, {"rules": rules}))
     hooks = [m for m in manifests if "helm.sh/hook" in m["metadata"].get("annotations", {})]
@@ -430,17 +431,19 @@ def test_an_upgrade_checks_the_new_rules_with_the_new_image_before_changing_anyt
         ("Job", f"{FULLNAME}-rules-check"),
     ]
     config_map, job = hooks
+    policies = [hook["metadata"]["annotations"]["helm.sh/hook-delete-policy"] for hook in hooks]
+    assert policies == ["before-hook-creation,hook-succeeded", "before-hook-creation"]
     for hook in hooks:
-        annotations = hook["metadata"]["annotations"]
-        assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
-        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     weights = [int(hook["metadata"]["annotations"]["helm.sh/hook-weight"]) for hook in hooks]
     assert weights[0] < weights[1]  # the rules exist before the Job starts
     assert config_map["data"] == {"rules.yaml": rules}
     assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["ttlSecondsAfterFinished"] == 86400
     pod = job["spec"]["template"]["spec"]
     [check] = pod["containers"]
-    assert check["args"] == ["check", "/etc/recoveryd/rules.yaml"]
+    assert check["command"] == ["/bin/sh", "-c"]
+    assert check["args"][0].startswith("recoveryd check /etc/recoveryd/rules.yaml || exit\n")
     assert check["image"] == container(manifests)["image"]
     assert check["securityContext"] == container(manifests)["securityContext"]
     assert pod["restartPolicy"] == "Never"
@@ -449,6 +452,53 @@ def test_an_upgrade_checks_the_new_rules_with_the_new_image_before_changing_anyt
     assert pod["volumes"] == [{"name": "rules", "configMap": {"name": f"{FULLNAME}-rules-check"}}]
     off = render(merged(REQUIRED, {"rulesCheck": {"enabled": False}}))
     assert "Job" not in kinds(off)
+
+
+def run_check_script(
+    script: str, recoveryd: str, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """The Job's script run by sh, `recoveryd` being the shell function `recoveryd`."""
+    return subprocess.run(
+        ["/bin/sh", "-c", f"recoveryd() {{ {recoveryd}; }}\n{script}"],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("check", "replay", "status"),
+    [(0, 0, 0), (0, 1, 0), (1, 0, 1), (2, 0, 2)],
+    ids=["nothing-changes", "replay-finds-changes", "invalid-rules", "unreadable-rules"],
+)
+def test_the_hook_fails_on_the_check_alone_never_on_the_replay(
+    render: Render, tmp_path: Path, check: int, replay: int, status: int
+) -> None:
+    """The replay is informational: its exit 1 (changes, or no daemon to ask) leaves the
+    hook passing; the check's exit fails it, and the replay is then not run."""
+    [job] = [m for m in render(REQUIRED) if m["kind"] == "Job"]
+    [script] = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    fake = f'echo "$1"; case "$1" in check) return {check};; replay) return {replay};; esac'
+
+    ran = run_check_script(script, fake, tmp_path)
+
+    assert ran.returncode == status
+    assert ran.stdout.split()[:2] == (["check", "replay"] if check == 0 else ["check"])
+
+
+def test_the_replay_asks_the_running_daemon_through_its_admin_service(render: Render) -> None:
+    """The Job reaches the admin Service with the admin token, optional (none at a first
+    install from the chart's Secret), and the NetworkPolicy lets it through."""
+    manifests = render(REQUIRED)
+    [job] = [m for m in manifests if m["kind"] == "Job"]
+    env = {v["name"]: v for v in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["RECOVERYD_ADMIN_LISTEN"]["value"] == f"{FULLNAME}-admin:9090"
+    token = env["RECOVERYD_ADMIN_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert (token["name"], token["key"], token["optional"]) == (FULLNAME, "admin-token", True)
+    spec = only(manifests, "NetworkPolicy")["spec"]
+    check_pod = {"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "recoveryd", "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/component": "rules-check",
+    }}}  # fmt: skip
+    assert check_pod in spec["ingress"][1]["from"]
 
 
 # --- values refused ---------------------------------------------------------------------
@@ -1083,13 +1133,15 @@ def test_network_policy_admits_the_admin_port_from_its_peers_only(render: Render
     public, admin = spec["ingress"]
     assert public == {"ports": [{"port": "http", "protocol": "TCP"}]}
     assert admin["ports"] == [{"port": "admin", "protocol": "TCP"}]
-    assert admin["from"] == [
-        {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-        }
-    ]
+    assert admin["from"][0] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    assert [peer["podSelector"]["matchLabels"].get("app.kubernetes.io/component")
+            for peer in admin["from"][1:]] == ["rules-check"]  # fmt: skip
     assert spec["egress"] == [{}]
+    unchecked = render(merged(REQUIRED, {"rulesCheck": {"enabled": False}}))
+    assert len(only(unchecked, "NetworkPolicy")["spec"]["ingress"][1]["from"]) == 1
 
 
 def test_network_policy_restricted_egress_keeps_dns(render: Render) -> None:
@@ -1097,8 +1149,9 @@ def test_network_policy_restricted_egress_keeps_dns(render: Render) -> None:
     assert spec["ingress"][0]["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
     ]
-    dns, https = spec["egress"]
+    dns, admin, https = spec["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
+    assert admin["ports"] == [{"port": "admin", "protocol": "TCP"}]  # the rules check's replay
     assert https["ports"] == [{"port": 443, "protocol": "TCP"}]
 
 
