@@ -11,7 +11,6 @@ outcome settles, see daemon/endpoints). Every notify rule matched, deciding or w
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,13 +35,6 @@ def reads(decision: Decision, ruleset: Ruleset) -> frozenset[str]:
     rule = decision.rule
     acted_on = _ACTED_ON.get(rule.action, frozenset()) if rule else frozenset()
     return ruleset.reads(decision) | acted_on
-
-
-def overrides_key(rule: Rule) -> str:
-    """The rule's overrides as canonical JSON: equal overrides, equal text, one batch."""
-    overrides = rule.spec.overrides
-    wire = overrides.model_dump(by_alias=True, exclude_defaults=True) if overrides else {}
-    return json.dumps(wire, sort_keys=True, separators=(",", ":"))
 
 
 def fingerprint(facts: Mapping[str, Any]) -> str:
@@ -74,6 +66,9 @@ def outcome_of(
         "rule": rule.name,
         "action": rule.action,
         "matched": tuple(matched.name for matched in decision.matched),
+        # A recovery rule's overrides, whatever becomes of it (a dry run, a budget): what
+        # a replayed or shadow decision is compared with (rules/shadow.py).
+        "overrides": rule.overrides_key if rule.action in RECOVERIES else None,
         "workflow_run_id": run_id if isinstance(run_id, str) else None,
         "fingerprint": fingerprint(facts),
         "calls": calls,
@@ -92,7 +87,6 @@ def outcome_of(
         return Outcome(
             dlq_id,
             "decided",
-            overrides=overrides_key(rule),
             budget=Budget(budget.max_recoveries, now - budget.within) if budget else None,
             **common,
         )

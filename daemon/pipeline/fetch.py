@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import time
@@ -27,6 +28,7 @@ from daemon.pipeline.failures import backoff, is_final_for
 from daemon.rules import Decision, Ruleset, facts
 from daemon.rules.callback import message_of, told
 from daemon.rules.conditions import Facts
+from daemon.rules.fields import kept
 from daemon.rules.live import LiveRules
 from daemon.runtime.replicas import replica_id
 from daemon.runtime.supervisor import Supervisor
@@ -273,6 +275,8 @@ class Fetcher:
             now=self._wall_clock(),
             calls=calls,
         )
+        # Kept with the decision, so that a candidate can be replayed on it (rules/replay).
+        outcome = dataclasses.replace(outcome, facts=kept(known, ruleset.reads_all))
         log.info(
             "decided",
             dlq_id=dlq_id,

@@ -9,6 +9,7 @@ it simply satisfies no operator that needs the right type.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any
@@ -43,6 +44,11 @@ FIELDS: Mapping[str, Kind] = {
     "header": Kind.HEADERS,
     "responseHeader": Kind.HEADERS,
 }
+
+
+# The fields that may be large (a message's and a response's bodies): a decision keeps
+# them only when a rule in force reads them (`kept`).
+BULKY: frozenset[str] = frozenset({"body", "bodyBase64", "responseBody", "responseBodyBase64"})
 
 
 def facts(message: Mapping[str, Any], header_prefix: str = "Service") -> dict[str, Any]:
@@ -108,3 +114,25 @@ def _labels(message: Mapping[str, Any], header_values: tuple[str, ...]) -> tuple
     label = message.get("label")
     joined = (label,) if isinstance(label, str) and label else header_values
     return tuple(part.strip() for value in joined for part in value.split(",") if part.strip())
+
+
+def kept(facts: Mapping[str, Any], reads: frozenset[str]) -> str:
+    """The facts a decision is kept with, for replay: compact JSON (sorted keys) of every
+    fact but the BULKY ones, which are kept only when in `reads` (the fields any rule of
+    the ruleset in force reads). Header maps as {name: [values]}. The small facts are
+    all kept, whatever the rules read: a candidate may read others (docs/rules.md)."""
+    wanted = {name: value for name, value in facts.items() if name not in BULKY or name in reads}
+    return json.dumps(wanted, sort_keys=True, separators=(",", ":"))
+
+
+def unkept(text: str) -> dict[str, Any]:
+    """The facts back from `kept`'s text, header maps' values and lists as tuples again,
+    as `facts` made them: a ruleset reading only what was kept decides as it did."""
+    found: dict[str, Any] = json.loads(text)
+    for name, value in found.items():
+        kind = FIELDS.get(name)
+        if kind is Kind.HEADERS and isinstance(value, dict):
+            found[name] = {header: tuple(values) for header, values in value.items()}
+        elif kind is Kind.LIST and isinstance(value, list):
+            found[name] = tuple(value)
+    return found

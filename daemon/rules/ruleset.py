@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,14 @@ class Rule:
     @property
     def action(self) -> Action:
         return self.spec.action
+
+    @functools.cached_property
+    def overrides_key(self) -> str:
+        """The rule's overrides as canonical JSON: equal overrides, equal text, one batch;
+        what a recorded decision and a replayed or shadow one are compared by."""
+        overrides = self.spec.overrides
+        wire = overrides.model_dump(by_alias=True, exclude_defaults=True) if overrides else {}
+        return json.dumps(wire, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,11 @@ class Ruleset:
         for rule in self.rules:
             unions.append(unions[-1] | rule.reads)
         return tuple(unions)
+
+    @functools.cached_property
+    def reads_all(self) -> frozenset[str]:
+        """The fields any of the rules reads: the bulky facts a decision keeps (fields.kept)."""
+        return self._reads_of_first[-1]
 
     def rule(self, name: str) -> Rule | None:
         return next((rule for rule in self.rules if rule.name == name), None)

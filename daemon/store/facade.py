@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from daemon.store import listing, records
+from daemon.store import listing, records, replay
 from daemon.store.group_commit import GroupCommit
 from daemon.store.interface import Added, Callback, Page, RecordQuery, StoreUnavailable
 from daemon.store.removals import Removal, RemovalResult
@@ -43,6 +43,7 @@ class Facade(abc.ABC):
     _sweeps: ModuleType
     _endpoints: ModuleType
     _listing: ModuleType
+    _replay: ModuleType
 
     def __init__(
         self,
@@ -207,6 +208,17 @@ class Facade(abc.ABC):
     async def activity(self, now: float, minutes: int = 60) -> dict[str, list[int]]:
         listing.check_minutes(minutes)
         return await self._read(self._listing.activity, now, minutes)
+
+    # -- replay and the shadow rules (replay.py) ----------------------------------------
+
+    async def replay_rows(
+        self, since: float | None, after: tuple[float, str] | None, limit: int
+    ) -> list[records.ReplayRow]:
+        replay.rows_sql(since, after, limit, str)  # ValueError now, before any query
+        return await self._read(self._replay.rows, since, after, limit)
+
+    async def shadow_disagreements(self, since: float | None = None) -> list[dict[str, Any]]:
+        return await self._read(self._replay.disagreements, since)
 
     # -- notifications -------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from daemon.store.records import (
     NotificationResult,
     Outcome,
     Pending,
+    ReplayRow,
     Replica,
     Rotation,
     RotationResult,
@@ -501,6 +502,22 @@ class Store(Protocol):
     async def activity(self, now: float, minutes: int = 60) -> dict[str, list[int]]:
         """Decisions and recoveries (dlqIds become `done`) per minute over the last
         `minutes` before `now`, oldest minute first."""
+        ...
+
+    # Replay and the shadow rules (replay.py; docs/rules.md, "Changing rules safely").
+
+    async def replay_rows(
+        self, since: float | None, after: tuple[float, str] | None, limit: int
+    ) -> list[ReplayRow]:
+        """Records with kept facts, received at or after `since`, in (received_at, dlqId)
+        order strictly after `after` (keyset), at most `limit`: replay streams them a page
+        at a time and never holds them all. An index walk, not a sort."""
+        ...
+
+    async def shadow_disagreements(self, since: float | None = None) -> list[dict[str, Any]]:
+        """Records the shadow decided differently from the live rules (rule, action or
+        overrides), grouped: [{"liveRule", "liveAction", "shadowRule", "shadowAction",
+        "count", "examples": [up to 5 dlqIds]}], most first."""
         ...
 
     async def ping(self) -> None:

@@ -111,6 +111,26 @@ class Outcome:
     # remove-endpoint: the failure the store counts as it settles the outcome, and whose
     # count makes its state and reason (sqlite/endpoints.py, count_failure).
     endpoint_failure: EndpointFailure | None = None
+    # The facts the decision read, as fields.kept keeps them (replay decides from them),
+    # and the shadow rules' decision as rules/shadow.py writes it (None: no shadow).
+    facts: str | None = field(default=None, repr=False)
+    shadow: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplayRow:
+    """A decided record as replay reads it (Store.replay_rows): its recorded (live)
+    decision, what its budget counted it by, and the facts the decision was made from."""
+
+    dlq_id: str
+    received_at: float
+    state: str
+    reason: str | None
+    rule: str | None  # None: no rule matched
+    action: str | None
+    overrides: str | None  # canonical JSON as Rule.overrides_key; None when not a recovery
+    workflow_key: str | None  # what budgets count by (store/sqlite/lineage.py)
+    facts: str  # fields.kept's text
 
 
 @dataclass(frozen=True)

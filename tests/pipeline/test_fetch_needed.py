@@ -147,3 +147,20 @@ async def test_a_bulk_call_that_recovers_none_of_its_dlq_ids_ends_them_gone(
         record = await h.record(dlq_ids[0])
         assert await reads(h) == []
     assert "not in the DLQ when the bulk call named it" in record["reason"]
+
+
+async def test_a_decision_from_the_callback_keeps_its_facts(tmp_path: Path) -> None:
+    """What the callback told, kept for replay as a decision from the message is."""
+    app = Sink(statuses={"/wf": 503})
+    with serve_in_thread(app) as app_url:
+        async with harness(tmp_path, RESUME_BY_STATUS, FETCH="needed", PUBLIC_URL="") as h:
+            await fail_workflows(h, app_url, 3)
+            assert await h.settled(3) == {"done": 3}
+            rows = await h.recoveryd.daemon.store.replay_rows(None, None, 10)
+            assert await reads(h) == []
+
+    assert [row.rule for row in rows] == ["resume-503s"] * 3
+    kept = [json.loads(row.facts) for row in rows]
+    assert {facts["responseStatus"] for facts in kept} == {503}
+    assert all(facts["workflow"] and facts["dlqId"] == row.dlq_id
+               for facts, row in zip(kept, rows, strict=True))  # fmt: skip

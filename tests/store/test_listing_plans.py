@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from daemon.store import RecordQuery
+from daemon.store import RecordQuery, replay
 from daemon.store import listing as shared
 from tests.store.support import OpenStore
 
@@ -36,7 +36,7 @@ FILL = {
     "sqlite": (
         "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {rows} - 1) "
         "INSERT INTO callbacks (dlq_id, body, received_at, state, rule, action, "
-        "workflow_run_id, url, url_group, endpoint, status, decided_at, updated_at) "
+        "workflow_run_id, url, url_group, endpoint, status, decided_at, updated_at, facts, shadow) "
         "SELECT 'd-' || i, X'7B7D', {now} - {rows} + i, "
         # Most records done, as in a store that works: a rare state is what one filters by.
         "CASE i % 100 WHEN 0 THEN 'received' WHEN 1 THEN 'failed' WHEN 2 THEN 'gone' "
@@ -47,7 +47,10 @@ FILL = {
         "'https://host/' || (i % 997), "
         "CASE WHEN i % 2 = 0 THEN 'group-' || (i % 89) END, "
         "CASE WHEN i % 2 = 0 THEN 'ep' END, 500 + i % 4, "
-        "CASE WHEN i % 4 = 0 THEN NULL ELSE {now} - {rows} + i END, {now} - {rows} + i "
+        "CASE WHEN i % 4 = 0 THEN NULL ELSE {now} - {rows} + i END, {now} - {rows} + i, "
+        # The decided records keep their facts, and two in 100 a shadow decision.
+        "CASE WHEN i % 4 = 0 THEN NULL ELSE '{{}}' END, "
+        'CASE WHEN i % 50 = 1 THEN \'{{"rule":null,"action":null,"overrides":null}}\' END '
         "FROM n"
     ),
 }
@@ -177,3 +180,25 @@ def test_the_groups_are_read_without_the_callbacks(filled: OpenStore) -> None:
     }
     assert sum(group["count"] for group in groups) <= ROWS
     assert json.dumps(groups)  # plain JSON
+
+
+@pytest.mark.parametrize("since", [None, NOW - 100])
+def test_replay_walks_the_received_index_in_order(filled: OpenStore, since: float | None) -> None:
+    """Replay's pages (store/replay.py): callbacks_by_received from the keyset on."""
+    after = (NOW - 5_000, "d-15000")
+    steps = plan(filled, *replay.rows_sql(since, after, 1_000, _mark(filled)))
+    _no_full_read(filled, steps)
+    assert "callbacks_by_received" in _walked(steps), steps
+    assert not re.search(r"TEMP B-TREE|\bSort\b", steps), steps
+
+
+def test_the_shadow_disagreements_read_only_the_shadowed_records(filled: OpenStore) -> None:
+    """callbacks_shadowed: the records settled while shadow rules were loaded."""
+    member = (
+        (lambda name: f"json_extract(shadow, '$.{name}')")
+        if filled.kind == "sqlite"
+        else (lambda name: f"(shadow::jsonb ->> '{name}')")
+    )
+    steps = plan(filled, *replay.disagreements_sql(NOW - 100, _mark(filled), member))
+    _no_full_read(filled, steps)
+    assert "callbacks_shadowed" in _walked(steps), steps

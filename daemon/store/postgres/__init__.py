@@ -33,6 +33,7 @@ from daemon.store.postgres import (
     notify,
     pipeline,
     rate,
+    replay,
     retention,
     rotations,
     singleton,
@@ -54,6 +55,7 @@ class PostgresStore(Facade):
     shared = True
     _pipeline, _notify, _retention, _rotations = pipeline, notify, retention, rotations
     _rate, _sweeps, _endpoints, _listing = rate, sweeps, endpoints, listing
+    _replay = replay
 
     def __init__(
         self,

@@ -170,7 +170,7 @@ async def _record_outcome(
         "UPDATE callbacks SET state = %(state)s, reason = %(reason)s, rule = %(rule)s, "
         "action = %(action)s, matched = %(matched)s, overrides = %(overrides)s, "
         "workflow_run_id = %(run)s, workflow_key = %(key)s, fingerprint = %(fingerprint)s, "
-        "would = %(would)s, "
+        "would = %(would)s, facts = %(facts)s, shadow = %(shadow)s, "
         # A decided dlqId stays its decider's, for its batcher (replicas.py).
         "lease_owner = CASE WHEN %(state)s = 'decided' THEN %(owner)s END, "
         "lease_until = %(retry_at)s, refusals = refusals + %(refused)s, "
@@ -190,6 +190,8 @@ async def _record_outcome(
             "key": key,
             "fingerprint": outcome.fingerprint,
             "would": records.json_text(outcome.would),
+            "facts": outcome.facts,
+            "shadow": outcome.shadow,
             "retry_at": outcome.retry_at,
             "refused": int(outcome.refused),
             "waits": outcome.waits_for_service,

@@ -20,7 +20,7 @@ calls and batches, a batch's dlqIds) are `jsonb`. Two differences:
 
 from __future__ import annotations
 
-from daemon.store.postgres import listing
+from daemon.store.postgres import listing, replay
 
 # The advisory lock (pg_advisory_xact_lock) under which migrations run: "recoveryd" in ASCII.
 MIGRATION_LOCK = 0x7265636F76657279
@@ -282,4 +282,5 @@ MIGRATIONS: tuple[str, ...] = (
     WAITS_FOR_SERVICE,
     LEARNED_RATE,
     listing.SCHEMA,  # migration 6: the console's listings
+    replay.SCHEMA,  # migration 7: the facts decisions keep, and the shadow's decisions
 )

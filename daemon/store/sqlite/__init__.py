@@ -30,6 +30,7 @@ from daemon.store.sqlite import listing as listing
 from daemon.store.sqlite import notify as notify
 from daemon.store.sqlite import pipeline as pipeline
 from daemon.store.sqlite import rate as rate
+from daemon.store.sqlite import replay as replay
 from daemon.store.sqlite import retention as retention
 from daemon.store.sqlite import rotations as rotations
 from daemon.store.sqlite import sweeps as sweeps
@@ -67,6 +68,7 @@ MIGRATIONS = (
     pipeline.WAITS_FOR_SERVICE,
     rate.SCHEMA,
     listing.SCHEMA,
+    replay.SCHEMA,
 )
 
 
@@ -76,6 +78,7 @@ class SQLiteStore(Facade):
     shared = False
     _pipeline, _notify, _retention, _rotations = pipeline, notify, retention, rotations
     _rate, _sweeps, _endpoints, _listing = rate, sweeps, endpoints, listing
+    _replay = replay
 
     def __init__(
         self,

@@ -196,7 +196,7 @@ def settle(
             "UPDATE callbacks SET state = :state, reason = :reason, rule = :rule, "
             "action = :action, matched = :matched, overrides = :overrides, "
             "workflow_run_id = :run, workflow_key = :key, fingerprint = :fingerprint, "
-            "would = :would, "
+            "would = :would, facts = :facts, shadow = :shadow, "
             "lease_owner = NULL, lease_until = :retry_at, refusals = refusals + :refused, "
             "waits_for_service = :waits, "
             "calls = :calls, "
@@ -214,6 +214,8 @@ def settle(
                 "key": key,
                 "fingerprint": outcome.fingerprint,
                 "would": records.json_text(outcome.would),
+                "facts": outcome.facts,
+                "shadow": outcome.shadow,
                 "retry_at": outcome.retry_at,
                 "refused": int(outcome.refused),
                 "waits": outcome.waits_for_service,
