@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.processes import recoveryd
-from tests.support import running_recoveryd
+from tests.support import REPO_RULES, running_recoveryd
 
 ADMIN_TOKEN = "adm_s3cret-Token"
 BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -79,6 +79,27 @@ async def test_the_commands_send_the_token_and_a_wrong_one_is_refused_not_worked
         refused = await removals(tmp_path, daemon.admin, "not-the-token")
     assert allowed.returncode == 0, allowed.stderr
     assert allowed.stdout.strip() == "[]"
+    assert refused.returncode == 1
+    assert "RECOVERYD_ADMIN_TOKEN" in refused.stderr
+    assert ADMIN_TOKEN not in refused.stdout + refused.stderr
+
+
+async def test_replay_sends_the_token_and_a_wrong_one_is_refused(tmp_path: Path) -> None:
+    """`recoveryd replay` asks the daemon with its token; with another it reports the
+    refusal rather than reading the store the daemon owns."""
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text(REPO_RULES.read_text())
+    async with running_recoveryd(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as daemon:
+        url = daemon.admin.base_url
+        listen = f"{url.host}:{url.port}"
+        allowed = await recoveryd(
+            tmp_path, "replay", str(candidate), ADMIN_LISTEN=listen, ADMIN_TOKEN=ADMIN_TOKEN
+        )
+        refused = await recoveryd(
+            tmp_path, "replay", str(candidate), ADMIN_LISTEN=listen, ADMIN_TOKEN="not-the-token"
+        )
+    assert allowed.returncode == 0, allowed.stderr
+    assert "replayed on 0 records" in allowed.stdout
     assert refused.returncode == 1
     assert "RECOVERYD_ADMIN_TOKEN" in refused.stderr
     assert ADMIN_TOKEN not in refused.stdout + refused.stderr

@@ -147,7 +147,8 @@ rules:
 
     report = replay(candidate, rows)
 
-    assert report["changed"] == 1 and report["groups"] == []
+    assert report["changed"] == 1
+    assert report["groups"] == []
     assert [change["after"]["overrides"] for change in report["overrides"]] == [{"retries": 9}]
 
 
@@ -209,7 +210,8 @@ def test_a_recovery_the_live_budget_stopped_is_recovered_again_without_one() -> 
     unbudgeted = replay(LIVE, rows)
 
     assert same["budget"]["liveStopped"] == unbudgeted["budget"]["liveStopped"] == 1
-    assert same["budget"]["recoveredAgain"]["count"] == 0 and not would_change(same)
+    assert same["budget"]["recoveredAgain"]["count"] == 0
+    assert not would_change(same)
     assert unbudgeted["budget"]["recoveredAgain"] == {"count": 1, "examples": ["again"]}
 
 
