@@ -23,6 +23,7 @@ from daemon.account import RotationTiming, Rotator
 from daemon.account.assembly import account, check_rotation, initial_credentials, vault_for
 from daemon.account.rate import SharedRate
 from daemon.admin.routes import admin_app
+from daemon.admin.shadow import shadow_routes
 from daemon.endpoints.api import removal_routes
 from daemon.endpoints.remover import Remover
 from daemon.http.errors import EXCEPTION_HANDLERS
@@ -36,6 +37,7 @@ from daemon.metrics import Listener, Metrics
 from daemon.notify.notifier import Notifier
 from daemon.pipeline import Pipeline, Tuning
 from daemon.rules.live import LiveRules
+from daemon.rules.shadow import ShadowRules
 from daemon.runtime.descriptors import DescriptorWatch
 from daemon.runtime.leadership import Leadership
 from daemon.runtime.replicas import Heartbeat, LeaseFence, replica_id
@@ -57,6 +59,7 @@ class Daemon:
     store: Store
     metrics: Metrics
     rules: LiveRules
+    shadow: ShadowRules | None  # RECOVERYD_SHADOW_RULES, when set
     pipeline: Pipeline
     rotator: Rotator
     public: ASGIApp
@@ -91,6 +94,9 @@ async def running(
     """
     metrics = Metrics(registry if registry is not None else CollectorRegistry())
     rules = LiveRules(settings.RULES, metrics, wall_clock=wall_clock)
+    shadow = None if settings.SHADOW_RULES is None else ShadowRules(settings.SHADOW_RULES, metrics)
+    if shadow is not None:
+        rules.also_reload(shadow.reload)
     if settings.CREDENTIALS_KEY is None:  # else read once the store is open
         check_rotation(settings, (await initial_credentials(settings, None))[0])
     observe = metrics.commit_size.observe
@@ -110,7 +116,7 @@ async def running(
         fence = LeaseFence(settings.REPLICA_LEASE, shared=store.shared)
         pipeline = Pipeline(
             store, client, rules, metrics, dry_run=settings.DRY_RUN, fetch=settings.FETCH,
-            replica=replica, fence=fence, tuning=tuning, supervisor=supervisor,
+            replica=replica, fence=fence, tuning=tuning, supervisor=supervisor, shadow=shadow,
             wall_clock=wall_clock,
         )  # fmt: skip
         client.on_breaker_change = _breaker_watch(metrics, pipeline.breaker_changed)
@@ -152,6 +158,7 @@ async def running(
             sweeper=sweeper, header_prefix=settings.HEADER_PREFIX,
         )  # fmt: skip
         admin.include_router(sweep_routes(sweeper))
+        admin.include_router(shadow_routes(shadow, store))
         admin.include_router(removal_routes(store, client, metrics, wall_clock))
         remover = _remover(settings, store, client, metrics, tuning, wall_clock)
         singletons = Leadership(
@@ -177,6 +184,7 @@ async def running(
                 store=store,
                 metrics=metrics,
                 rules=rules,
+                shadow=shadow,
                 pipeline=pipeline,
                 rotator=rotator,
                 public=public_app(receiver, readiness, public_openapi(settings)),

@@ -153,6 +153,47 @@ def check(path: Path | None) -> None:
     click.echo(f"{path}: ok: {rules}, {sweeps}")
 
 
+@main.command(short_help="Make the shadow rules the live rules.")
+@click.option("--yes", is_flag=True, help="Do it; without --yes, only print what it would do.")
+def promote(yes: bool) -> None:
+    """Put the shadow rules (RECOVERYD_SHADOW_RULES) in place of the rules file
+    (RECOVERYD_RULES): checked as `check` checks them, written over it atomically (the
+    old file kept as RULES.bak), then a running daemon (on RECOVERYD_ADMIN_LISTEN) asked
+    to reload. Exit status: 0 done (or, without --yes, would be), 1 refused, 2 the
+    shadow file is invalid or unreadable.
+    """
+    from daemon.admin.promote import PromoteError, reload_daemon, replace_rules
+    from daemon.foundation.words import counted
+    from daemon.rules import FileError, Unreadable, load_rules
+
+    settings = _settings(only=("RULES", "SHADOW_RULES", "ADMIN_LISTEN", "ADMIN_TOKEN"))
+    shadow, rules = settings.SHADOW_RULES, settings.RULES
+    if shadow is None:
+        _fail("RECOVERYD_SHADOW_RULES is not set: there are no shadow rules to promote", 1)
+    try:
+        candidate = load_rules(shadow)
+    except (FileError, Unreadable) as exc:
+        _fail(str(exc), 2)
+    what = f"{shadow} ({counted(len(candidate.rules), 'rule')}, sha256 {candidate.digest[:12]})"
+    # The replay summary of the candidate against the store goes here (recoveryd replay).
+    if not yes:
+        click.echo(f"would write {what} over {rules} (the old one kept as {rules}.bak) "
+                   "and ask a running daemon to reload; run again with --yes to do it")  # fmt: skip
+        return
+    try:
+        backup = replace_rules(shadow, rules)
+        digest = asyncio.run(reload_daemon(settings))
+    except OSError as exc:
+        _fail(f"{rules}: cannot write the rules file: {exc}", 1)
+    except PromoteError as exc:
+        _fail(f"{rules} promoted, but {exc}", 1)
+    click.echo(f"promoted {what} to {rules}; the old rules are in {backup}")
+    if digest is None:
+        click.echo("no daemon answered: it reads the new rules at its next start")
+    else:
+        click.echo(f"the running daemon reloaded them (sha256 {digest[:12]})")
+
+
 @main.command(short_help="Which rule a DLQ message matches, and the call it causes.")
 @click.argument("rules", type=_RULES_PATH)
 @click.argument("message", type=_RULES_PATH)

@@ -194,6 +194,19 @@ class Metrics:
             ["sha256", "rules"],
             registry=registry,
         )
+        self.shadow_rules_loaded = Gauge(
+            "recoveryd_shadow_rules_loaded",
+            "1 when the shadow rules (RECOVERYD_SHADOW_RULES) are loaded and deciding, 0 "
+            "when none are set or the file failed to load.",
+            registry=registry,
+        )
+        self.shadow_disagreements = Counter(
+            "recoveryd_shadow_disagreements",
+            "dlqIds the shadow rules decided otherwise than the live rules (rule, action or "
+            'overrides), by both deciding rules ("" when none matched).',
+            ["live_rule", "shadow_rule"],
+            registry=registry,
+        )
         self.decisions = Counter(
             "recoveryd_decisions",
             'Rules matched by DLQ messages, by rule and action (rule "" when none matched).',

@@ -210,6 +210,8 @@ class Settings(BaseModel):
     ALLOW_UNSIGNED: bool = False
     PUBLIC_URL: HttpUrl | None = None
     RULES: Path = Path("rules.yaml")
+    # A candidate rules file deciding beside RULES, recorded and never acted on.
+    SHADOW_RULES: Path | None = None
     STORE: str = "sqlite:///recoveryd.db"
     LISTEN: Listen = "0.0.0.0:8080"
     ADMIN_LISTEN: Listen = "127.0.0.1:9090"

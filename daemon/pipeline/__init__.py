@@ -30,6 +30,7 @@ from daemon.pipeline.sending import Sender
 from daemon.pipeline.waits import ServiceWaits
 from daemon.rules import BatchPolicy
 from daemon.rules.live import LiveRules
+from daemon.rules.shadow import ShadowRules
 from daemon.runtime.replicas import LeaseFence
 from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store
@@ -68,6 +69,7 @@ class Pipeline:
         fence: LeaseFence | None = None,
         tuning: Tuning | None = None,
         supervisor: Supervisor | None = None,
+        shadow: ShadowRules | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         tuning = tuning or Tuning()
@@ -94,6 +96,7 @@ class Pipeline:
             supervisor=supervisor,
             dry_run=dry_run,
             fetch=fetch,
+            shadow=shadow,
             workers=tuning.workers,
             chunk=tuning.chunk,
             lease=tuning.lease,

@@ -30,6 +30,7 @@ from daemon.rules.callback import message_of, told
 from daemon.rules.conditions import Facts
 from daemon.rules.fields import kept
 from daemon.rules.live import LiveRules
+from daemon.rules.shadow import ShadowRules, shadow_text
 from daemon.runtime.replicas import replica_id
 from daemon.runtime.supervisor import Supervisor
 from daemon.store import Store, StoreUnavailable
@@ -54,6 +55,7 @@ class Fetcher:
         supervisor: Supervisor | None = None,
         dry_run: bool = False,
         fetch: Literal["always", "needed"] = "always",
+        shadow: ShadowRules | None = None,
         workers: int = 4,
         chunk: int = 25,
         lease: float = 300.0,
@@ -73,7 +75,8 @@ class Fetcher:
         (`service_back`) makes the dlqIds that wait for it due at once. Idle workers look
         again every `idle_poll` seconds (retries come due) or as soon as `wake` says a
         callback arrived. `fetch` is RECOVERYD_FETCH: with "needed", a signed callback that
-        tells what the rules read is decided without a GET. The leases are `replica`'s
+        tells what the rules read is decided without a GET. `shadow` decides each dlqId
+        too, its decision recorded and counted, never acted on. The leases are `replica`'s
         (daemon/runtime/replicas.py), and its decided dlqIds with them."""
         self._store = store
         self._client = client
@@ -83,6 +86,7 @@ class Fetcher:
         self._supervisor = supervisor or Supervisor(metrics)
         self._dry_run = dry_run
         self._from_callbacks = fetch == "needed"
+        self._shadow = shadow
         self._workers = workers
         self._chunk = chunk
         self._lease = lease
@@ -276,7 +280,9 @@ class Fetcher:
             calls=calls,
         )
         # Kept with the decision, so that a candidate can be replayed on it (rules/replay).
-        outcome = dataclasses.replace(outcome, facts=kept(known, ruleset.reads_all))
+        kept_facts = kept(known, ruleset.reads_all)
+        shadow = self._shadow_decision(decision, known)
+        outcome = dataclasses.replace(outcome, facts=kept_facts, shadow=shadow)
         log.info(
             "decided",
             dlq_id=dlq_id,
@@ -288,6 +294,20 @@ class Fetcher:
             rules_sha256=ruleset.digest[:12],
         )
         return outcome
+
+    def _shadow_decision(self, live: Decision, known: Facts) -> str | None:
+        """The shadow's decision as shadow_text (None with no shadow loaded), counted when
+        it differs from the live one. Only recorded: nothing here acts on it."""
+        if self._shadow is None or (shadow := self._shadow.current) is None:
+            return None
+        decision = shadow.decide(known)
+        text = shadow_text(decision)
+        if text != shadow_text(live):
+            live_rule, shadow_rule = live.rule, decision.rule
+            self._metrics.shadow_disagreements.labels(
+                live_rule.name if live_rule else "", shadow_rule.name if shadow_rule else ""
+            ).inc()
+        return text
 
     def _fetch_failed(
         self, claimed: Claimed, error: ServiceError, calls: tuple[dict[str, object], ...]

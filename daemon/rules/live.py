@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,7 @@ class LiveRules:
         self._wall_clock = wall_clock
         self._lock = asyncio.Lock()  # one reload at a time: the last one asked for wins
         self._listeners: list[Callable[[Ruleset], None]] = []
+        self._followers: list[Callable[[], Awaitable[None]]] = []
         self._current = load_rules(path)
         self._swap(self._current)
         self.last_reload: ReloadResult | None = None  # none since the start
@@ -66,36 +67,49 @@ class LiveRules:
         if listener in self._listeners:
             self._listeners.remove(listener)
 
+    def also_reload(self, follower: Callable[[], Awaitable[None]]) -> None:
+        """Run `follower` after every reload, whether the live rules loaded or not (the
+        shadow rules reload with them: rules/shadow.py). It must not raise."""
+        self._followers.append(follower)
+
     async def reload(self, via: str | None = None) -> Ruleset:
         """Load the file again and put it in force; on FileError or Unreadable the
         running rules stay. `via` names who asked, in the log (the console's audit)."""
         async with self._lock:
             try:
-                ruleset = await asyncio.to_thread(self._load, via)
-            except FileError as exc:
-                problems = tuple(str(problem) for problem in exc.problems)
-                error = f"{counted(len(problems), 'problem')} in the rules file"
-                self.last_reload = ReloadResult(self._wall_clock(), None, error, problems)
-                raise
-            except Unreadable as exc:
-                self.last_reload = ReloadResult(self._wall_clock(), None, str(exc))
-                raise
-            self.last_reload = ReloadResult(self._wall_clock(), ruleset)
-            previous, self._current = self._current, ruleset
-            self._swap(ruleset, previous)
-            for listener in list(self._listeners):
-                try:
-                    listener(ruleset)
-                except Exception as exc:  # the rules are in force; a listener's bug is logged
-                    log.error("a listener of rules reloads failed", error=repr(exc), exc_info=exc)
-            log.info(
-                "rules reloaded",
-                path=str(self._path),
-                sha256=ruleset.digest,
-                changed=ruleset.digest != previous.digest,
-                **({"via": via} if via else {}),
-            )
-            return ruleset
+                return await self._reload(via)
+            finally:
+                for follower in self._followers:
+                    await follower()
+
+    async def _reload(self, via: str | None) -> Ruleset:
+        """The reload itself, under the lock."""
+        try:
+            ruleset = await asyncio.to_thread(self._load, via)
+        except FileError as exc:
+            problems = tuple(str(problem) for problem in exc.problems)
+            error = f"{counted(len(problems), 'problem')} in the rules file"
+            self.last_reload = ReloadResult(self._wall_clock(), None, error, problems)
+            raise
+        except Unreadable as exc:
+            self.last_reload = ReloadResult(self._wall_clock(), None, str(exc))
+            raise
+        self.last_reload = ReloadResult(self._wall_clock(), ruleset)
+        previous, self._current = self._current, ruleset
+        self._swap(ruleset, previous)
+        for listener in list(self._listeners):
+            try:
+                listener(ruleset)
+            except Exception as exc:  # the rules are in force; a listener's bug is logged
+                log.error("a listener of rules reloads failed", error=repr(exc), exc_info=exc)
+        log.info(
+            "rules reloaded",
+            path=str(self._path),
+            sha256=ruleset.digest,
+            changed=ruleset.digest != previous.digest,
+            **({"via": via} if via else {}),
+        )
+        return ruleset
 
     def _load(self, via: str | None) -> Ruleset:
         """The file loaded again; a refusal is counted and logged before it is raised."""

@@ -1,0 +1,60 @@
+"""`recoveryd promote`: the shadow rules file made the live one, and a running daemon
+told to reload it.
+
+The new file is written beside the old one and renamed over it (atomic on one file
+system: the daemon reads the old file or the new, never half of one); the old one is
+kept as `<rules>.bak`, to go back to.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from daemon.settings import Settings
+
+
+class PromoteError(Exception):
+    """The promotion was refused or could not be finished; `str()` says why."""
+
+
+def replace_rules(shadow: Path, rules: Path) -> Path:
+    """Write `shadow`'s bytes over `rules` atomically, keeping the old file as the path
+    returned (`<rules>.bak`)."""
+    text = shadow.read_bytes()
+    backup = rules.with_name(rules.name + ".bak")
+    if rules.exists():
+        shutil.copy2(rules, backup)
+    handle, temporary = tempfile.mkstemp(dir=rules.parent, prefix=f".{rules.name}.")
+    try:
+        with os.fdopen(handle, "wb") as written:
+            written.write(text)
+            written.flush()
+            os.fsync(written.fileno())
+        os.replace(temporary, rules)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return backup
+
+
+async def reload_daemon(settings: Settings) -> str | None:
+    """Ask the daemon on RECOVERYD_ADMIN_LISTEN to reload: the digest it put in force,
+    or None when no daemon listens there (it reads the file at its next start)."""
+    from daemon.admin.client import DaemonError, ask_daemon, daemon_admin
+
+    admin = daemon_admin(settings)
+    if admin is None:
+        return None
+    try:
+        answer = await ask_daemon(admin, "POST", "/-/reload")
+    except httpx.ConnectError:
+        return None
+    except (httpx.TimeoutException, DaemonError) as exc:
+        raise PromoteError(f"the daemon at {admin} did not reload: {exc}") from None
+    digest = answer.get("sha256")
+    return digest if isinstance(digest, str) else ""
