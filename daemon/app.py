@@ -155,7 +155,7 @@ async def running(
             store=store, metrics=metrics, rules=rules, rotator=rotator, client=client,
             on_redriven=pipeline.wake, wall_clock=wall_clock, not_ready=readiness.reasons,
             status_parts=[sweeper.status, heartbeat.status, supervisor.status],
-            sweeper=sweeper, header_prefix=settings.HEADER_PREFIX,
+            sweeper=sweeper, header_prefix=settings.HEADER_PREFIX, shadow=shadow,
         )  # fmt: skip
         admin.include_router(sweep_routes(sweeper))
         admin.include_router(shadow_routes(shadow, store))

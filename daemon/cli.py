@@ -166,7 +166,7 @@ def promote(yes: bool) -> None:
     from daemon.foundation.words import counted
     from daemon.rules import FileError, Unreadable, load_rules
 
-    settings = _settings(only=("RULES", "SHADOW_RULES", "ADMIN_LISTEN", "ADMIN_TOKEN"))
+    settings = _settings(only=("RULES", "SHADOW_RULES", "ADMIN_LISTEN", "ADMIN_TOKEN", "STORE"))
     shadow, rules = settings.SHADOW_RULES, settings.RULES
     if shadow is None:
         _fail("RECOVERYD_SHADOW_RULES is not set: there are no shadow rules to promote", 1)
@@ -175,8 +175,8 @@ def promote(yes: bool) -> None:
     except (FileError, Unreadable) as exc:
         _fail(str(exc), 2)
     what = f"{shadow} ({counted(len(candidate.rules), 'rule')}, sha256 {candidate.digest[:12]})"
-    # The replay summary of the candidate against the store goes here (recoveryd replay).
     if not yes:
+        click.echo(_replayed_summary(settings, candidate, shadow))
         click.echo(f"would write {what} over {rules} (the old one kept as {rules}.bak) "
                    "and ask a running daemon to reload; run again with --yes to do it")  # fmt: skip
         return
@@ -192,6 +192,20 @@ def promote(yes: bool) -> None:
         click.echo("no daemon answered: it reads the new rules at its next start")
     else:
         click.echo(f"the running daemon reloaded them (sha256 {digest[:12]})")
+
+
+def _replayed_summary(settings: Settings, candidate: Any, path: Path) -> str:
+    """`recoveryd replay`'s summary line of `candidate` (the file at `path`), or why there
+    is none: what promoting it would have changed on the last 7 days of records."""
+    from daemon.admin.replay import DEFAULT_SINCE, ReplayError, replay_now
+    from daemon.rules.replay_text import summary
+    from daemon.store import StoreMissing
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        return summary(asyncio.run(replay_now(settings, candidate, text, DEFAULT_SINCE, None)))
+    except (OSError, ReplayError, StoreMissing) as exc:
+        return f"no replay of {path}: {exc}"
 
 
 @main.command(short_help="Which rule a DLQ message matches, and the call it causes.")

@@ -50,6 +50,7 @@ from daemon.http.errors import (
 from daemon.metrics import Metrics
 from daemon.rules import FileError, Unreadable
 from daemon.rules.live import LiveRules
+from daemon.rules.shadow import ShadowRules
 from daemon.store import Store, StoreUnavailable
 from daemon.sweeps import Sweeper
 from daemon.upstream import ServiceClient
@@ -177,11 +178,13 @@ def admin_app(
     not_ready: Callable[[], Awaitable[list[str]]] = _always_ready,
     sweeper: Sweeper | None = None,
     header_prefix: str = "Service",
+    shadow: ShadowRules | None = None,
 ) -> FastAPI:
     """`status_parts` each add their keys to `/api/v1/status` (the sweeps' summary);
     `not_ready` says why `/readyz` fails (empty when it would not); `token`, when
     given, is the bearer token every path but OPEN_PATHS needs. The console at /ui/
-    shows `sweeper`'s sweeps and explains decisions with `header_prefix`."""
+    shows `sweeper`'s sweeps and the `shadow` rules, and explains decisions with
+    `header_prefix`."""
     app = FastAPI(
         title="recoveryd admin",
         docs_url=None,
@@ -289,7 +292,7 @@ def admin_app(
     console = Parts(
         store=store, metrics=metrics, rules=rules, client=client, status=status,
         dlq_retention=rotator.dlq_retention, sweeper=sweeper, on_redriven=on_redriven,
-        wall_clock=wall_clock, header_prefix=header_prefix, token=token,
+        wall_clock=wall_clock, header_prefix=header_prefix, token=token, shadow=shadow,
     )  # fmt: skip
     app.mount("/ui", console_app(console))
 

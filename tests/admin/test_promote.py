@@ -28,6 +28,7 @@ async def test_promote_replaces_the_rules_and_the_daemon_reloads_them(tmp_path: 
         in_force = daemon.daemon.rules.current
     assert asked.returncode == 0, asked.stderr
     assert "would write" in asked.stdout
+    assert "replayed on 0 records" in asked.stdout  # the daemon's store: nothing decided yet
     assert unchanged == LIVE
     assert done.returncode == 0, done.stderr
     assert "the running daemon reloaded them" in done.stdout

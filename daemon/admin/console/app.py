@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 from daemon.admin.console import security, views
 from daemon.admin.redrive import RedriveFilter, redrive, redrive_told
 from daemon.admin.replay import DEFAULT_SINCE, replayed
+from daemon.admin.shadow import shadow_status
 from daemon.endpoints.restore import RestoreFailed, restore_told
 from daemon.foundation.durations import parse_duration
 from daemon.metrics import Metrics
@@ -35,6 +36,7 @@ from daemon.rules.callback import message_of
 from daemon.rules.explain import explain
 from daemon.rules.live import LiveRules
 from daemon.rules.replay_text import summary
+from daemon.rules.shadow import ShadowRules
 from daemon.rules.testing import results_beside
 from daemon.store import BadQuery, RecordQuery, Store, StoreUnavailable
 from daemon.store.records import FINAL, STATES
@@ -66,6 +68,7 @@ class Parts:
     wall_clock: Callable[[], float]
     header_prefix: str
     token: str | None
+    shadow: ShadowRules | None = None  # RECOVERYD_SHADOW_RULES, when set
 
 
 def _environment() -> jinja2.Environment:
@@ -293,6 +296,7 @@ class Console:
             last_reload=self.parts.rules.last_reload,
             states=STATES,
             reload_would=await self.reload_would(),
+            shadow=await shadow_status(self.parts.shadow, self.parts.store),
         )
 
     async def reload_would(self) -> dict[str, Any]:

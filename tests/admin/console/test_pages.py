@@ -11,7 +11,14 @@ import pytest
 from markupsafe import escape
 
 from tests.account.support import rotation_settings
-from tests.admin.console.support import HOSTILE, HOSTILE_ID, MARKUP, console, post_hostile
+from tests.admin.console.support import (
+    HOSTILE,
+    HOSTILE_ID,
+    MARKUP,
+    RULES,
+    console,
+    post_hostile,
+)
 from tests.support import TOKEN, callback_json
 
 NAV = ("Overview", "Failures", "Groups", "Batches", "Removals", "Sweeps", "Rules")
@@ -233,6 +240,61 @@ async def test_rules_show_the_rule_tests_beside_the_file_run_against_the_rules_i
         "<code>rules.test.yaml:5</code> a plain message is resumed too (wrong on purpose): "
         "expected action &#39;resume&#39;, got &#39;ignore&#39;" in after
     )
+
+
+# The console's rules with its workflows ignored instead of resumed.
+IGNORING = RULES.replace(
+    "action: resume\n    batch: {maxSize: 10, maxWait: 100ms}", "action: ignore"
+)
+
+
+async def test_rules_show_what_reloading_the_changed_file_would_change(tmp_path: Path) -> None:
+    """The file on disk replayed on the records before the Reload button: the same file
+    changes nothing; one that ignores workflows moves the done dlqId; one with problems
+    says a reload would be refused."""
+    async with console(tmp_path) as c:
+        same = (await c.ui.get("/ui/rules")).text
+        c.rules.write_text(IGNORING)
+        changed = (await c.ui.get("/ui/rules")).text
+        c.rules.write_text(RULES.replace("action: resume", "action: resum", 1))
+        broken = (await c.ui.get("/ui/rules")).text
+    assert "The file on disk is the rules in force: a reload would change nothing." in same
+    section = changed[changed.index('id="reload-would"') : changed.index(">Reload rules</button>")]
+    assert "1 decision would change, of 1 records" in section
+    assert "<td>resume-workflows resume</td><td>resume-workflows ignore</td>" in section
+    assert f'href="/ui/failures/{quote(c.done, safe="")}"' in section
+    assert "a reload would be refused and the running rules stay" in broken
+    assert "got &#39;resum&#39;; did you mean &#39;resume&#39;?" in broken
+
+
+async def test_rules_show_no_shadow_rules_when_none_are_set(tmp_path: Path) -> None:
+    async with console(tmp_path) as c:
+        page = (await c.ui.get("/ui/rules")).text
+    assert "None: set <code>RECOVERYD_SHADOW_RULES</code>" in page
+
+
+async def test_rules_show_the_shadow_rules_and_where_they_disagree(tmp_path: Path) -> None:
+    """The shadow file loaded, with the done dlqId it would have ignored."""
+    shadow = tmp_path / "shadow.yaml"
+    shadow.write_text(IGNORING)
+    async with console(tmp_path, SHADOW_RULES=str(shadow)) as c:
+        page = (await c.ui.get("/ui/rules")).text
+    section = page[page.index('id="shadow"') :]
+    assert f"<code>{shadow}</code>" in section
+    assert "loaded, sha256" in section
+    assert "<td>resume-workflows resume</td><td>resume-workflows ignore</td>" in section
+    assert f'href="/ui/failures/{quote(c.done, safe="")}"' in section
+
+
+async def test_rules_show_shadow_rules_that_failed_to_load_and_why(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow.yaml"
+    shadow.write_text(RULES.replace("match: {}", "mach: {}"))
+    async with console(tmp_path, SHADOW_RULES=str(shadow)) as c:
+        page = (await c.ui.get("/ui/rules")).text
+    section = page[page.index('id="shadow"') :]
+    assert '<span class="bad">not loaded</span>' in section
+    assert "the rules in force are not affected" in section
+    assert "rules[1].mach: unknown key &#39;mach&#39;" in section
 
 
 async def test_the_static_files_are_served(tmp_path: Path) -> None:
