@@ -14,7 +14,7 @@ import pytest_asyncio
 from playwright.async_api import Browser, Page, StorageState, async_playwright, expect
 
 from tests import system_tools
-from tests.console.support import ADMIN_TOKEN, RULES, Console, seed
+from tests.console.support import ADMIN_TOKEN, CANDIDATE, RULES, Console, seed
 from tests.pipeline.support import harness
 
 # A loaded CI machine runs two suites of two workers: give a page more than 5 s to show.
@@ -23,11 +23,16 @@ expect.set_options(timeout=20_000)
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Console]:
-    """recoveryd with RECOVERYD_ADMIN_TOKEN set, the emulator, and the seeded failures."""
+    """recoveryd with RECOVERYD_ADMIN_TOKEN set, the emulator, and the seeded failures;
+    CANDIDATE as its shadow rules, and on disk in place of its rules once seeded."""
     tmp_path: Path = tmp_path_factory.mktemp("console")
-    async with harness(tmp_path, RULES, ADMIN_TOKEN=ADMIN_TOKEN) as h:
+    shadow = tmp_path / "shadow.yaml"
+    shadow.write_text(CANDIDATE)
+    async with harness(tmp_path, RULES, ADMIN_TOKEN=ADMIN_TOKEN, SHADOW_RULES=str(shadow)) as h:
         h.recoveryd.admin.headers["Authorization"] = f"Bearer {ADMIN_TOKEN}"
-        yield await seed(h)
+        seeded = await seed(h)
+        (tmp_path / "rules.yaml").write_text(CANDIDATE)  # the Rules page's replay of it
+        yield seeded
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -51,6 +51,13 @@ sweeps:
     maxPerRun: 500
 """
 
+# The candidate the Rules page shows twice: as the shadow rules, and as the file on disk
+# once the traffic is seeded (what a reload would change): billing runs ignored.
+CANDIDATE = RULES.replace(
+    "action: resume\n    batch: {maxSize: 10, maxWait: 100ms}\n  - name: resume-the-rest",
+    "action: ignore\n  - name: resume-the-rest",
+)
+
 # What an attacker who can make a delivery fail puts in the fields the console shows.
 SCRIPT = "<script>alert(1)</script>"
 IMAGE = '"><img src=x onerror=alert(1)>'

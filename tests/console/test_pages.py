@@ -81,6 +81,25 @@ async def test_the_failures_list_shows_a_new_failure_without_a_reload(
     assert await page.evaluate("window.servedOnce") is True
 
 
+async def test_the_rules_page_shows_what_a_reload_would_change_and_the_shadows_view(
+    page: Page, console: Console
+) -> None:
+    """The file on disk (billing ignored) replayed above the Reload button, and the same
+    file as the shadow rules, disagreeing on the billing runs; an example leads to its
+    failure's page."""
+    await page.goto("/ui/rules")
+    for table in ("#replay-groups", "#shadow-disagreements"):
+        row = page.locator(f"{table} tbody tr")
+        await expect(row).to_have_count(1)
+        await expect(row.locator("td").nth(0)).to_have_text("resume-billing resume")
+        await expect(row.locator("td").nth(1)).to_have_text("resume-billing ignore")
+        await expect(row.locator("td").nth(2)).to_have_text(str(len(console.billing)))
+    section = page.locator("section#reload-would")
+    await expect(section).to_contain_text("2 decisions would change")
+    await section.get_by_role("link", name=console.billing[0]).click()
+    await expect(page).to_have_url(re.compile(rf"/ui/failures/{re.escape(console.billing[0])}$"))
+
+
 async def test_a_failure_shows_its_rule_state_and_timeline(page: Page, console: Console) -> None:
     """From the list to a dlqId's page: its rule, its state, a step per history event."""
     dlq_id = console.billing[0]
