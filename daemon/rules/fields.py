@@ -129,10 +129,18 @@ def unkept(text: str) -> dict[str, Any]:
     """The facts back from `kept`'s text, header maps' values and lists as tuples again,
     as `facts` made them: a ruleset reading only what was kept decides as it did."""
     found: dict[str, Any] = json.loads(text)
-    for name, value in found.items():
-        kind = FIELDS.get(name)
-        if kind is Kind.HEADERS and isinstance(value, dict):
+    # Only the few fields JSON gives another shape are looked at: a pass over every fact
+    # was half the time replay spends on a record (bench/replay.py).
+    for name in _HEADER_MAPS:
+        value = found.get(name)
+        if isinstance(value, dict):
             found[name] = {header: tuple(values) for header, values in value.items()}
-        elif kind is Kind.LIST and isinstance(value, list):
+    for name in _LISTS:
+        value = found.get(name)
+        if isinstance(value, list):
             found[name] = tuple(value)
     return found
+
+
+_HEADER_MAPS = tuple(name for name, kind in FIELDS.items() if kind is Kind.HEADERS)
+_LISTS = tuple(name for name, kind in FIELDS.items() if kind is Kind.LIST)
