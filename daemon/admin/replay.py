@@ -31,7 +31,7 @@ from daemon.settings import Settings
 from daemon.store import Store, StoreUnavailable
 
 DEFAULT_SINCE = "7d"
-PAGE = 2000  # records read a query at a time: the engine holds none of them after it
+PAGE = 5000  # records read a query at a time: the engine holds none of them after it
 
 
 class ReplayError(Exception):

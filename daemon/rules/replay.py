@@ -19,11 +19,11 @@ import json
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from daemon.rules.fields import BULKY, unkept
 from daemon.rules.model import RECOVERIES
-from daemon.rules.ruleset import Rule, Ruleset
+from daemon.rules.ruleset import Decision, Rule, Ruleset
 from daemon.store.records import OVER_BUDGET, ReplayRow
 
 # Recorded states of a decision that acted, or would have: a recovery in them was made
@@ -48,10 +48,9 @@ class _Tally:
         return {"count": self.count, "examples": self.examples}
 
 
-@dataclass(frozen=True)
-class _Side:
+class _Side(NamedTuple):
     """One side of a comparison: the rule that decided, its action, and the overrides of
-    a recovery it made (None when it made none)."""
+    its resume or restart (None for another action)."""
 
     rule: str | None
     action: str | None
@@ -117,6 +116,14 @@ class Replay:
         self.since = since
         self._room = examples
         self._reads = candidate.reads_all & BULKY
+        # Each rule's decision as the store records one (pipeline/decide.py), and the rules
+        # that would make a recovery (resume or restart, not in a dry run).
+        self._sides: dict[Rule | None, _Side] = {None: _Side(None, None, None)}
+        self._sides |= {rule: _side(rule) for rule in candidate.rules}
+        self._acting = frozenset(
+            rule for rule in candidate.rules
+            if rule.action in RECOVERIES and not (candidate.dry_run or rule.spec.dry_run)
+        )  # fmt: skip
         self._budgets = _Budgets(candidate.longest_budget_window())
         self.examined = 0
         self.changed = 0
@@ -129,61 +136,67 @@ class Replay:
         self._unkept: set[str] = set()
 
     def add(self, row: ReplayRow) -> None:
+        # The per-record path, kept lean: a million records go through it (bench/replay.py).
         facts = unkept(row.facts)
         decision = self.candidate.decide(facts)
-        after_rule = decision.rule
+        rule = decision.rule
+        after = self._sides[rule]
         reported = (self.since is None or row.received_at >= self.since) and (
-            self.rule is None or self.rule in (row.rule, after_rule and after_rule.name)
+            self.rule is None or self.rule in (row.rule, after.rule)
         )
-        self._budgets.moved_to(row.received_at)
-        missing = (self.candidate.reads(decision) & self._reads) - facts.keys()
-        if missing:
-            if reported:
-                self.examined += 1
-                self._not_replayable.add(row.dlq_id)
-                self._unkept |= missing
+        if self._reads and self._missing(decision, facts, row, reported):
             return
-        after = _side(after_rule)
-        recovers, stopped = self._recovers(after_rule, facts, row)
+        recovers = stopped = False
+        if rule in self._acting and facts.get("workflow"):
+            recovers, stopped = True, self._stopped_by_budget(rule, row)
         if not reported:
             return
         self.examined += 1
-        before = _Side(row.rule, row.action, row.overrides)
         live_stopped = row.state == "skipped" and (row.reason or "").startswith(OVER_BUDGET)
-        self._live_stopped += live_stopped
-        if stopped and not live_stopped:
+        if live_stopped:
+            self._live_stopped += 1
+            if recovers and not stopped:
+                self._recovered_again.add(row.dlq_id)
+        elif stopped:
             self._stopped.add(row.dlq_id)
-        if live_stopped and recovers and not stopped:
-            self._recovered_again.add(row.dlq_id)
-        moved = (before.rule, before.action) != (after.rule, after.action)
+        moved = row.rule != after.rule or row.action != after.action
         # Overrides compare where both sides are recoveries: the action may change too
         # (restart to resume), and the overrides each sends are part of the change.
-        differ = None not in (before.overrides, after.overrides) and (
-            before.overrides != after.overrides
+        differ = (
+            row.overrides is not None
+            and after.overrides is not None
+            and row.overrides != after.overrides
         )
         if moved or differ:
             self.changed += 1
-        if moved:
-            self._tally(self._groups, (_decided(before), _decided(after)), row.dlq_id)
-        if differ:
-            self._tally(self._overrides, (before, after), row.dlq_id)
+            before = _Side(row.rule, row.action, row.overrides)
+            if moved:
+                self._tally(self._groups, (_decided(before), _decided(after)), row.dlq_id)
+            if differ:
+                self._tally(self._overrides, (before, after), row.dlq_id)
 
-    def _recovers(
-        self, rule: Rule | None, facts: dict[str, Any], row: ReplayRow
-    ) -> tuple[bool, bool]:
-        """Whether the candidate's decision on `row` is a recovery it would make, and
-        whether its rule's budget would stop it (as outcome_of and the store decide)."""
-        if rule is None or rule.action not in RECOVERIES or not facts.get("workflow"):
-            return False, False
-        if self.candidate.dry_run or rule.spec.dry_run:
-            return False, False
+    def _missing(
+        self, decision: Decision, facts: dict[str, Any], row: ReplayRow, reported: bool
+    ) -> bool:
+        """Whether the candidate's decision read a body `row` did not keep (counted)."""
+        missing = (self.candidate.reads(decision) & self._reads) - facts.keys()
+        if missing and reported:
+            self.examined += 1
+            self._not_replayable.add(row.dlq_id)
+            self._unkept |= missing
+        return bool(missing)
+
+    def _stopped_by_budget(self, rule: Rule, row: ReplayRow) -> bool:
+        """Whether `rule`'s budget stops its recovery of `row`, as the store would stop it
+        (store/sqlite/pipeline.py); one it lets through counts against the next."""
         key = row.workflow_key
         if key is None:
-            return True, False
+            return False
+        self._budgets.moved_to(row.received_at)
         if self._budgets.spent(rule, key, row.received_at):
-            return True, True
+            return True
         self._budgets.recovered(key, row.received_at)
-        return True, False
+        return False
 
     def _tally(self, groups: dict[tuple[_Side, _Side], _Tally], key: tuple[_Side, _Side],
                dlq_id: str) -> None:  # fmt: skip
@@ -245,10 +258,7 @@ def _decided(side: _Side) -> _Side:
     return _Side(side.rule, side.action, None)
 
 
-def _side(rule: Rule | None) -> _Side:
-    """The candidate's decision as the store records one (pipeline/decide.py)."""
-    if rule is None:
-        return _Side(None, None, None)
+def _side(rule: Rule) -> _Side:
     overrides = rule.overrides_key if rule.action in RECOVERIES else None
     return _Side(rule.name, rule.action, overrides)
 
