@@ -22,8 +22,11 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
+from daemon.metrics import Metrics
 from daemon.rules import parse_rules
+from daemon.rules.shadow import ShadowRules
 from daemon.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +72,8 @@ STORE_URL = f"postgresql://recoveryd:{STORE_PASSWORD}@db.example.com:5432/recove
 CREDENTIALS_KEY = base64.urlsafe_b64encode(b"recoveryd-chart-test-key-32bytes").decode()
 POSTGRES_SECRETS = {"url": STORE_URL, "password": STORE_PASSWORD, "credentialsKey": CREDENTIALS_KEY}
 CONFIG = {"serviceUrl": "https://qstash.upstash.io", "headerPrefix": "Upstash"}
+# A candidate rules file for shadowRules: the repository's, its billing rule resuming.
+SHADOW_RULES = (ROOT / "rules.yaml").read_text().replace("action: restart\n", "action: resume\n", 1)
 # The least an install takes: the service's URL, its token, the signing key and the
 # admin token (admin.requireToken is on by default).
 REQUIRED: dict[str, Any] = {
@@ -90,6 +95,8 @@ def merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": REQUIRED,
+    # A candidate beside the live rules: the billing rule resuming instead of restarting.
+    "shadow": merged(REQUIRED, {"shadowRules": SHADOW_RULES}),
     "all-settings": merged(
         REQUIRED,
         {
@@ -406,6 +413,8 @@ def test_every_manifest_is_valid_kubernetes(render: Render, value_set: str) -> N
                       "Service", "ServiceAccount"}),
         ("postgres-existing-secret", {"ConfigMap", "Deployment", "NetworkPolicy",
                                       "PodDisruptionBudget", "Service", "ServiceAccount"}),
+        ("shadow", {"ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim",
+                    "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"}),
     ],
 )  # fmt: skip
 def test_each_value_set_renders_its_objects(
@@ -785,7 +794,9 @@ def resolved_environ(manifests: list[Manifest]) -> dict[str, str]:
     return environ
 
 
-@pytest.mark.parametrize("value_set", ["default", "all-settings", "ingress", "admin-open"])
+@pytest.mark.parametrize(
+    "value_set", ["default", "all-settings", "ingress", "admin-open", "shadow"]
+)
 def test_daemon_accepts_the_environment(render: Render, value_set: str) -> None:
     """recoveryd's own settings loader takes the rendered environment: every name a
     setting (no typo stops the start), every value valid, the secrets where it reads them."""
@@ -797,6 +808,7 @@ def test_daemon_accepts_the_environment(render: Render, value_set: str) -> None:
     assert settings.SIGNING_KEY_CURRENT.get_secret_value() == SECRETS["signingKeyCurrent"]
     assert str(settings.CREDENTIALS_FILE).startswith("/var/lib/recoveryd/")
     assert (settings.ADMIN_TOKEN is None) == (value_set == "admin-open")
+    assert (settings.SHADOW_RULES is None) == (value_set != "shadow")
 
 
 # --- several replicas on PostgreSQL ---------------------------------------------------------
@@ -1078,6 +1090,98 @@ def test_a_rules_change_rolls_the_pod(render: Render) -> None:
 
     assert checksums(before)["checksum/rules"] != checksums(after)["checksum/rules"]
     assert checksums(before)["checksum/secret"] == checksums(after)["checksum/secret"]
+
+
+def annotations_of(manifests: list[Manifest]) -> dict[str, str]:
+    return dict(only(manifests, "Deployment")["spec"]["template"]["metadata"]["annotations"])
+
+
+def test_shadow_rules_are_mounted_beside_the_rules(render: Render) -> None:
+    """shadowRules is the ConfigMap's shadow-rules.yaml, byte for byte, and
+    RECOVERYD_SHADOW_RULES names it where the rules volume mounts it."""
+    manifests = render(VALUE_SETS["shadow"])
+    data = only(manifests, "ConfigMap", f"{FULLNAME}-rules")["data"]
+    assert data == {"rules.yaml": rules_of(render(REQUIRED)), "shadow-rules.yaml": SHADOW_RULES}
+    (mount,) = [m for m in container(manifests)["volumeMounts"] if m["name"] == "rules"]
+    path = f"{mount['mountPath']}/shadow-rules.yaml"
+    assert env_of(manifests)["RECOVERYD_SHADOW_RULES"] == {
+        "name": "RECOVERYD_SHADOW_RULES",
+        "value": path,
+    }
+    assert env_of(manifests)["RECOVERYD_RULES"]["value"] == "/etc/recoveryd/rules.yaml"
+
+
+def test_mounted_shadow_rules_load_with_the_digest_the_pod_is_annotated_with(
+    render: Render, tmp_path: Path
+) -> None:
+    """The ConfigMap's shadow-rules.yaml, as mounted, loads as the daemon's shadow, and
+    checksum/shadow-rules is its digest (GET /api/v1/shadow's)."""
+    manifests = render(VALUE_SETS["shadow"])
+    path = tmp_path / "shadow-rules.yaml"
+    data = only(manifests, "ConfigMap", f"{FULLNAME}-rules")["data"]
+    path.write_text(data["shadow-rules.yaml"])
+    shadow = ShadowRules(path, Metrics(CollectorRegistry()))
+    assert (shadow.error, shadow.problems) == (None, ())
+    assert shadow.digest == annotations_of(manifests)["checksum/shadow-rules"]
+    assert shadow.digest == hashlib.sha256(SHADOW_RULES.encode()).hexdigest()
+
+
+def test_a_shadow_rules_change_rolls_the_pod_and_leaves_the_rules_checksum(
+    render: Render,
+) -> None:
+    """Other shadow rules, another checksum/shadow-rules; checksum/rules stays the live
+    rules' (what /api/v1/status reports)."""
+    other = SHADOW_RULES.replace("maxPerRun: 500", "maxPerRun: 400")
+    assert other != SHADOW_RULES
+    before = annotations_of(render(VALUE_SETS["shadow"]))
+    after = annotations_of(render(merged(REQUIRED, {"shadowRules": other})))
+    assert before["checksum/shadow-rules"] != after["checksum/shadow-rules"]
+    assert before["checksum/rules"] == after["checksum/rules"]
+    assert before["checksum/rules"] == annotations_of(render(REQUIRED))["checksum/rules"]
+
+
+@pytest.mark.parametrize("shadow", [None, ""])
+def test_without_shadow_rules_no_shadow_file_variable_or_checksum(
+    render: Render, shadow: str | None
+) -> None:
+    """shadowRules empty (the default) or null: the ConfigMap holds rules.yaml alone, and
+    neither RECOVERYD_SHADOW_RULES nor checksum/shadow-rules is set."""
+    values = REQUIRED if shadow is None else merged(REQUIRED, {"shadowRules": shadow})
+    manifests = render(values)
+    assert set(only(manifests, "ConfigMap", f"{FULLNAME}-rules")["data"]) == {"rules.yaml"}
+    assert "RECOVERYD_SHADOW_RULES" not in env_of(manifests)
+    assert "checksum/shadow-rules" not in annotations_of(manifests)
+
+
+def test_an_upgrade_reusing_values_from_a_chart_without_shadow_rules_renders(
+    tmp_path: Path,
+) -> None:
+    """`helm upgrade --reuse-values` renders with the previous chart's values.yaml, which
+    had no shadowRules: the chart renders as without shadow rules (the schema does not
+    require it)."""
+    older = tmp_path / "recoveryd"
+    shutil.copytree(CHART, older)
+    values = older / "values.yaml"
+    text = values.read_text()
+    assert '\nshadowRules: ""\n' in text
+    values.write_text(text.replace('\nshadowRules: ""\n', "\n"))
+    with helm.Chart.load(older) as chart:
+        manifests = manifests_of(chart.render(REQUIRED, name=RELEASE, namespace=NAMESPACE))
+    assert set(only(manifests, "ConfigMap", f"{FULLNAME}-rules")["data"]) == {"rules.yaml"}
+    assert "RECOVERYD_SHADOW_RULES" not in env_of(manifests)
+
+
+def test_invalid_shadow_rules_never_stop_an_upgrade(render: Render) -> None:
+    """A shadow file recoveryd refuses still renders, and the upgrade's rules check leaves
+    it alone: it never affects the live rules, so it never fails an upgrade."""
+    invalid = "version: 1\nrules:\n  - name: broken\n    action: explode\n"
+    manifests = render(merged(REQUIRED, {"shadowRules": invalid}))
+    data = only(manifests, "ConfigMap", f"{FULLNAME}-rules")["data"]
+    assert data["shadow-rules.yaml"] == invalid
+    hooks = [m for m in manifests if "helm.sh/hook" in m["metadata"].get("annotations", {})]
+    assert hooks
+    for hook in hooks:
+        assert "shadow" not in json.dumps(hook)
 
 
 def test_a_secret_change_rolls_the_pod(render: Render) -> None:
