@@ -22,15 +22,28 @@ def rendered(report: dict[str, Any], form: str) -> str:
 
 
 def summary(report: dict[str, Any]) -> str:
-    """One line: what was replayed, and how much would change."""
+    """One line: what was replayed, on what, and how much would change."""
     candidate = report["candidate"]
+    return (
+        f"{candidate['source']} (sha256 {candidate['sha256'][:12]}) replayed on "
+        f"{counted(report['examined'], 'record')}{_scope(report)}: {verdict(report)}"
+    )
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """`nothing would change`, or how many decisions and budget effects would."""
+    budget = report["budget"]
+    effects = budget["stopped"]["count"] + budget["recoveredAgain"]["count"]
+    if not report["changed"] and not effects:
+        return "nothing would change"
+    said = f"{counted(report['changed'], 'decision')} would change"
+    return said + (f", {counted(effects, 'budget effect')}" if effects else "")
+
+
+def _scope(report: dict[str, Any]) -> str:
     since = "" if report["since"] is None else f" received since {_iso(report['since'])}"
     only = "" if report["rule"] is None else f" (rule {report['rule']}, before or after)"
-    head = (
-        f"{candidate['source']} (sha256 {candidate['sha256'][:12]}) replayed on "
-        f"{counted(report['examined'], 'record')}{since}{only}"
-    )
-    return f"{head}: {_changes(report)}"
+    return since + only
 
 
 def table(report: dict[str, Any]) -> str:
@@ -58,11 +71,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"### Replay of {_md(candidate['source'])} (sha256 `{candidate['sha256'][:12]}`)",
         "",
-        f"**{_md(summary(report).rsplit(': ', 1)[-1].capitalize())}** "
-        f"({counted(report['examined'], 'record')} examined"
-        + ("" if report["since"] is None else f", received since {_iso(report['since'])}")
-        + ("" if report["rule"] is None else f", rule {_md(report['rule'])}")
-        + ").",
+        f"**{verdict(report).capitalize()}**, of "
+        f"{counted(report['examined'], 'record')}{_md(_scope(report))}.",
     ]
     if report["groups"]:
         lines += ["", "| Before | After | Records | Examples |", "|---|---|---:|---|"]
@@ -83,15 +93,6 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "#### Budgets", "", *(f"- {line}" for line in _budget_lines(report, _md))]
     lines += [f"- {line}" for line in _not_replayable(report, _md)]
     return "\n".join(lines)
-
-
-def _changes(report: dict[str, Any]) -> str:
-    budget = report["budget"]
-    effects = budget["stopped"]["count"] + budget["recoveredAgain"]["count"]
-    if not report["changed"] and not effects:
-        return "nothing would change"
-    said = f"{counted(report['changed'], 'decision')} would change"
-    return said + (f", {counted(effects, 'budget effect')}" if effects else "")
 
 
 def _budget_lines(report: dict[str, Any], escape: Callable[[str], str]) -> Iterator[str]:

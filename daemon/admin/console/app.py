@@ -35,7 +35,7 @@ from daemon.rules import FileError, Unreadable, facts, load_rules
 from daemon.rules.callback import message_of
 from daemon.rules.explain import explain
 from daemon.rules.live import LiveRules
-from daemon.rules.replay_text import summary
+from daemon.rules.replay_text import verdict
 from daemon.rules.shadow import ShadowRules
 from daemon.rules.testing import results_beside
 from daemon.store import BadQuery, RecordQuery, Store, StoreUnavailable
@@ -312,7 +312,7 @@ class Console:
             return {"same": True}
         since = parse_duration(DEFAULT_SINCE)
         report = await replayed(self.parts.store, candidate, since, None, self.now())
-        return {"report": report, "summary": summary(report), "since": DEFAULT_SINCE}
+        return {"report": report, "verdict": verdict(report), "since": DEFAULT_SINCE}
 
     # -- actions ---------------------------------------------------------------------
 
