@@ -15,11 +15,13 @@ bench pinned to one core:
   changes two rules (restart-billing-on-5xx resumes instead; resume-transient-failures
   allows one recovery a day), as `recoveryd replay` runs it.
 
-Printed per engine: each pass's seconds and records/s, replay/read, the engine's own
-cost per record, the process's RSS after 10% of the records and at the end (flat: the
-replay holds one page and one budget window, never the store), the peak RSS, the
-report's figures, and whether the replay took under 20 s (met/missed). PostgreSQL's
-server CPU is printed beside. Figures are printed, nothing asserted.
+Printed per engine: each pass's wall-clock and CPU seconds and records/s, replay/read,
+the engine's own CPU cost per record, the process's RSS after 10% of the records and at
+the end (flat: the replay holds one page and one budget window, never the store), the
+peak RSS, the report's figures, and whether the replay took under 20 s for a million
+records (met or missed, in the process's CPU time and in wall-clock time: on a shared
+machine the core the bench is pinned to also runs others' work, which the wall clock
+counts). PostgreSQL's server CPU is printed beside. Figures are printed, nothing asserted.
 Run: python -m bench.replay [--records N] [--store sqlite|postgres|both]
 """
 
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import structlog
 
 from bench.options import positive_int
 from bench.postgres import Unavailable, durable_server
@@ -161,7 +164,8 @@ def rss_mib() -> float:
 
 @dataclass
 class Pass:
-    seconds: float
+    seconds: float  # wall clock
+    cpu: float  # the process's CPU time: the engine, the driver, SQLite's thread
     records: int
     rss_early: float = 0.0  # MiB, after a tenth of the records
     rss_end: float = 0.0
@@ -173,7 +177,7 @@ async def walk(store: Store, records: int, replaying: Replay | None) -> Pass:
     `replaying` when given."""
     early, seen, rss_early = records // 10, 0, 0.0
     after: tuple[float, str] | None = None
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     while True:
         page = await store.replay_rows(None, after, PAGE)
         if replaying is not None:
@@ -185,9 +189,9 @@ async def walk(store: Store, records: int, replaying: Replay | None) -> Pass:
         if len(page) < PAGE:
             break
         after = (page[-1].received_at, page[-1].dlq_id)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     report = replaying.report() if replaying is not None else None
-    return Pass(seconds, seen, rss_early, rss_mib(), report)
+    return Pass(seconds, cpu, seen, rss_early, rss_mib(), report)
 
 
 async def measure(store: Store, records: int) -> tuple[Pass, Pass]:
@@ -199,21 +203,26 @@ async def measure(store: Store, records: int) -> tuple[Pass, Pass]:
 
 def show(engine: str, read: Pass, replay: Pass, extra: str = "") -> None:
     report = replay.report or {}
-    per = (replay.seconds - read.seconds) / max(replay.records, 1) * 1e6
-    verdict = "met" if replay.seconds * 1_000_000 / max(replay.records, 1) < TARGET else "missed"
+    per = (replay.cpu - read.cpu) / max(replay.records, 1) * 1e6
+    scale = 1_000_000 / max(replay.records, 1)  # the target is for a million records
     budget = report.get("budget", {})
     print(f"\n{engine}: {replay.records:,} records{extra}")
-    print(f"  read alone   {read.seconds:7.2f} s  {read.records / read.seconds:>10,.0f} records/s")
-    print(f"  replay       {replay.seconds:7.2f} s  {replay.records / replay.seconds:>10,.0f} "
-          f"records/s  replay/read {replay.seconds / read.seconds:.2f}  "
-          f"engine {per:.1f} us/record")  # fmt: skip
+    for name, run in (("read alone", read), ("replay", replay)):
+        print(f"  {name:<12} {run.seconds:7.2f} s wall, {run.cpu:6.2f} s CPU  "
+              f"{run.records / run.seconds:>9,.0f} records/s")  # fmt: skip
+    print(f"  replay/read  {replay.seconds / read.seconds:.2f} wall, {replay.cpu / read.cpu:.2f} "
+          f"CPU; the engine {per:.1f} us CPU a record")  # fmt: skip
     print(f"  RSS          {replay.rss_early:7.1f} MiB after 10%, {replay.rss_end:.1f} MiB at the "
           f"end (x{replay.rss_end / replay.rss_early:.2f}); peak "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB")  # fmt: skip
     print(f"  report       examined {report.get('examined', 0):,}, changed "
           f"{report.get('changed', 0):,} in {len(report.get('groups', []))} groups, budget "
           f"stopped {budget.get('stopped', {}).get('count', 0):,}")  # fmt: skip
-    print(f"  target       < {TARGET:.0f} s a million records on one core: {verdict}")
+    verdicts = [
+        f"{'met' if run * scale < TARGET else 'missed'} in {kind} ({run * scale:.1f} s)"
+        for kind, run in (("CPU time", replay.cpu), ("wall time", replay.seconds))
+    ]
+    print(f"  target       < {TARGET:.0f} s a million records on one core: {', '.join(verdicts)}")
 
 
 async def sqlite_engine(folder: Path, records: int, now: float) -> None:
@@ -240,6 +249,8 @@ async def postgres_engine(url: str, records: int, now: float, cpu: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # The stores' own events (migrations) go to stderr, beside the fill's progress.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     parser = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__)
     parser.add_argument("--records", type=positive_int, default=1_000_000)
     parser.add_argument("--store", choices=("sqlite", "postgres", "both"), default="both")

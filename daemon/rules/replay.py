@@ -7,10 +7,11 @@ keyed by rules, and each keeps its count and a few example dlqIds; budgets are s
 per workflow over the entries of their window only. So memory follows the number of
 rules and the traffic of one budget window, never the size of the store.
 
-A record *changes* when the candidate decides it by another rule or action, or recovers
-it with other overrides. Budgets are the candidate's own, simulated in received order: a
-recovery it would decide, of a workflow it recovered `maxRecoveries` times within the
-rule's window already, is stopped, as the store stops one (store/sqlite/pipeline.py).
+A record *changes* when the candidate decides it by another rule or action, or, both
+sides being a resume or restart, with other overrides. Budgets are the candidate's own,
+simulated in received order: a recovery it would decide, of a workflow it recovered
+`maxRecoveries` times within the rule's window already, is stopped, as the store stops
+one (store/sqlite/pipeline.py).
 """
 
 from __future__ import annotations
@@ -25,10 +26,6 @@ from daemon.rules.fields import BULKY, unkept
 from daemon.rules.model import RECOVERIES
 from daemon.rules.ruleset import Decision, Rule, Ruleset
 from daemon.store.records import OVER_BUDGET, ReplayRow
-
-# Recorded states of a decision that acted, or would have: a recovery in them was made
-# (or is under way), where `skipped` and `dry-run` made none.
-_NOT_ACTED = ("skipped", "dry-run")
 
 
 @dataclass
@@ -67,6 +64,7 @@ class _Budgets:
         self._by_key: dict[str, deque[float]] = {}
 
     def moved_to(self, now: float) -> None:
+        """Forget the recoveries older than the longest window: no budget counts them."""
         while self._recent and self._recent[0][0] < now - self._longest:
             _, key = self._recent.popleft()
             times = self._by_key[key]
