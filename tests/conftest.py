@@ -17,6 +17,7 @@ from daemon.upstream import Credentials, CredentialsHolder, ServiceClient
 from tests import postgres, system_tools
 from tests.support import (
     FAST_RETRY,
+    LOOPBACK_TLS,
     PASSWORD,
     TOKEN,
     USERNAME,
@@ -59,8 +60,10 @@ async def _service(
     base_url: str, transport: httpx.AsyncBaseTransport | None
 ) -> AsyncIterator[Service]:
     async with (
-        httpx.AsyncClient(transport=transport, timeout=5.0) as http,
-        httpx.AsyncClient(base_url=base_url, transport=transport, timeout=10.0) as control,
+        httpx.AsyncClient(transport=transport, timeout=5.0, verify=LOOPBACK_TLS) as http,
+        httpx.AsyncClient(
+            base_url=base_url, transport=transport, timeout=10.0, verify=LOOPBACK_TLS
+        ) as control,
     ):
         credentials = CredentialsHolder(Credentials(TOKEN, USERNAME, PASSWORD))
         client = ServiceClient(http, base_url=base_url, credentials=credentials, retry=FAST_RETRY)

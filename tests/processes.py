@@ -23,7 +23,7 @@ import uvicorn
 from bench.servers import free_port
 from daemon.emulator import EmulatorConfig, create_app
 from daemon.http.serving import bind
-from tests.support import daemon_env
+from tests.support import LOOPBACK_TLS, daemon_env
 
 
 @dataclass
@@ -108,7 +108,10 @@ def wait_until_healthy(served: Served) -> None:
         if served.process.poll() is not None:
             raise AssertionError(f"serve exited: {served.logs()}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
+            if (
+                httpx.get(f"{served.url}/healthz", timeout=1, verify=LOOPBACK_TLS).status_code
+                == 200
+            ):
                 return
         time.sleep(0.05)
     raise AssertionError("serve did not become healthy")

@@ -19,7 +19,7 @@ import pytest
 from daemon.store import open_store
 from tests.processes import free_port
 from tests.store.support import settled
-from tests.support import callback_json, running_recoveryd, signed
+from tests.support import LOOPBACK_TLS, callback_json, running_recoveryd, signed
 
 RECOVERYD = [sys.executable, "-m", "daemon"]
 
@@ -194,10 +194,10 @@ def test_dev_forever_keeps_running_until_interrupted() -> None:
             assert line, "".join(lines)
             lines.append(line)
         [admin] = re.findall(r"admin (http://\S+)", "".join(lines))
-        status = httpx.get(admin).json()
+        status = httpx.get(admin, verify=LOOPBACK_TLS).json()
         assert sum(status["states"].values()) >= 1
         [undo] = re.findall(r"; undo while the demo runs: curl -X POST (\S+)\n", lines[-1])
-        restored = httpx.post(undo)
+        restored = httpx.post(undo, verify=LOOPBACK_TLS)
         assert restored.status_code == 200, restored.text
         assert restored.json()["endpoint"]["name"] == "legacy"
         process.send_signal(signal.SIGINT)
@@ -252,6 +252,7 @@ def test_emulator_serves_until_terminated() -> None:
                 response = httpx.get(
                     f"http://127.0.0.1:{port}/v2/dlq/1-0",
                     headers={"Authorization": "Bearer tok-cli"},
+                    verify=LOOPBACK_TLS,
                 )
                 break
             except httpx.TransportError:

@@ -15,7 +15,7 @@ from daemon.emulator import Emulator, create_app
 from daemon.http.serving import serve_in_thread
 from tests.pipeline.support import RESUME_ALL
 from tests.processes import Served
-from tests.support import PASSWORD, USERNAME, callback_json, emulator_config, signed
+from tests.support import LOOPBACK_TLS, PASSWORD, USERNAME, callback_json, emulator_config, signed
 
 RESET = "/service/user/rotatetoken"
 
@@ -49,7 +49,9 @@ def served_settings(tmp_path: Path, service_url: str, credentials: Path) -> dict
 
 
 def status(served: Served) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5).json()
+    answer: dict[str, Any] = httpx.get(
+        f"{served.admin_url}/api/v1/status", timeout=5, verify=LOOPBACK_TLS
+    ).json()
     return answer
 
 
@@ -58,7 +60,7 @@ def rotate_in_background(served: Served) -> None:
 
     def ask() -> None:
         with contextlib.suppress(httpx.HTTPError):  # killed mid-answer, as intended
-            httpx.post(f"{served.admin_url}/-/rotate-token", timeout=30)
+            httpx.post(f"{served.admin_url}/-/rotate-token", timeout=30, verify=LOOPBACK_TLS)
 
     threading.Thread(target=ask, daemon=True).start()
 
@@ -67,5 +69,7 @@ def send_callbacks(served: Served, dlq_ids: list[str]) -> None:
     for dlq_id in dlq_ids:
         body = callback_json(dlq_id, "failure-callback-workflow.json")
         url = f"{served.url}/callbacks"
-        answer = httpx.post(url, content=body, headers=signed(body), timeout=10)
+        answer = httpx.post(
+            url, content=body, headers=signed(body), timeout=10, verify=LOOPBACK_TLS
+        )
         assert answer.status_code == 200

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 
 from daemon.account.rate import SharedRate
 from daemon.runtime.supervisor import Supervisor
@@ -20,7 +21,7 @@ from daemon.upstream import RateLimiter
 from tests.pipeline.support import BULK_PATHS, assert_recovered_once
 from tests.pipeline.test_replicas import metric, post_all, status
 from tests.processes import Served, emulator_process, serving
-from tests.support import emulator_config, eventually, wait_for, workflows
+from tests.support import LOOPBACK_TLS, emulator_config, eventually, wait_for, workflows
 
 LIMIT = 20  # the account's requests a second
 ROUNDS = 3  # of callbacks: before the restarts, after the first, after the second
@@ -70,7 +71,7 @@ async def test_a_limit_learned_is_kept_and_adopted_before_the_next_starts_first_
 
 
 def calls_made(served: Served) -> float:
-    text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+    text = httpx.get(f"{served.admin_url}/metrics", timeout=5, verify=LOOPBACK_TLS).text
     return sum(
         float(line.split()[-1])
         for line in text.splitlines()
@@ -78,6 +79,8 @@ def calls_made(served: Served) -> float:
     )
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # about 55 s alone on a loaded machine; the suite's bound, said
 def test_three_replicas_and_two_restarts_discover_a_silent_limit_once(
     tmp_path: Path, postgres_url: str
 ) -> None:

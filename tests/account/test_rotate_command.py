@@ -20,7 +20,7 @@ from cryptography.fernet import Fernet
 from daemon.emulator import create_app
 from daemon.http.serving import serve_in_thread
 from tests.processes import environ, free_port, serving
-from tests.support import PASSWORD, TOKEN, USERNAME, emulator_config
+from tests.support import LOOPBACK_TLS, PASSWORD, TOKEN, USERNAME, emulator_config
 
 WRONG_PASSWORD = "pw_tests_wrong_password"
 
@@ -59,7 +59,10 @@ def rotate_alone(
 def check_token(service_url: str, token: str) -> int:
     """404 for a token the service takes (no such dlqId), 401 for one it refuses."""
     response = httpx.get(
-        f"{service_url}/v2/dlq/nope", headers={"Authorization": f"Bearer {token}"}, timeout=5
+        f"{service_url}/v2/dlq/nope",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=5,
+        verify=LOOPBACK_TLS,
     )
     return response.status_code
 
@@ -110,9 +113,11 @@ def test_with_a_daemon_running_the_daemon_rotates(tmp_path: Path, service_url: s
         done = rotate_token(tmp_path, **settings, ADMIN_LISTEN=f"127.0.0.1:{admin_port}")
         assert done.returncode == 0, done.stderr
         assert "by the daemon" in done.stdout
-        status = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5).json()
+        status = httpx.get(
+            f"{served.admin_url}/api/v1/status", timeout=5, verify=LOOPBACK_TLS
+        ).json()
         assert status["lastTokenRotation"]["result"] == "success"
-        metrics = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+        metrics = httpx.get(f"{served.admin_url}/metrics", timeout=5, verify=LOOPBACK_TLS).text
         assert re.search(
             r'^recoveryd_token_rotations_total\{result="success"\} 1\.0$', metrics, re.MULTILINE
         ), metrics

@@ -22,7 +22,7 @@ from tests.account.support import (
     status,
 )
 from tests.processes import serving
-from tests.support import TOKEN, faults_taken, wait_for, workflows, write_locked
+from tests.support import LOOPBACK_TLS, TOKEN, faults_taken, wait_for, workflows, write_locked
 
 
 def rotation_row(database: Path) -> tuple[Any, ...] | None:
@@ -63,7 +63,9 @@ def test_killed_right_after_saving_the_restart_uses_the_new_token(tmp_path: Path
             last = status(served)["lastTokenRotation"]
             assert last["result"] == "success"
             assert "saved" in last["reason"]
-            assert httpx.get(f"{served.url}/readyz", timeout=5).status_code == 200
+            assert (
+                httpx.get(f"{served.url}/readyz", timeout=5, verify=LOOPBACK_TLS).status_code == 200
+            )
             calls_before = len(control.get("/_emulator/journal").json())
             dlq_ids = control.post("/_emulator/dlq", json={"messages": workflows(5)}).json()
             send_callbacks(served, dlq_ids["dlqIds"])
@@ -96,8 +98,10 @@ def test_killed_before_saving_the_restart_reports_a_lockout(tmp_path: Path) -> N
             wait_for(lambda: status(served)["token"]["lockedOut"])
             assert "locked out" in status(served)["token"]["problems"][0]
             # Still ready: the callbacks below are stored, to be recovered once unlocked.
-            assert httpx.get(f"{served.url}/readyz", timeout=5).status_code == 200
-            metrics = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+            assert (
+                httpx.get(f"{served.url}/readyz", timeout=5, verify=LOOPBACK_TLS).status_code == 200
+            )
+            metrics = httpx.get(f"{served.admin_url}/metrics", timeout=5, verify=LOOPBACK_TLS).text
             assert "recoveryd_token_lockout 1.0" in metrics
             dlq_ids = control.post("/_emulator/dlq", json={"messages": workflows(3)}).json()
             send_callbacks(served, dlq_ids["dlqIds"])

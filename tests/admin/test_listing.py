@@ -3,12 +3,25 @@ and /api/v1/groups on a running daemon, and their 400s naming the parameter."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from tests.support import Recoveryd, callback_json, running_recoveryd, signed
+
+# The refusals read one daemon started once for the module; the tests that send
+# callbacks start their own. The module's tests share its event loop, the daemon's.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def empty_daemon(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Recoveryd]:
+    """recoveryd with no record, for requests that must be refused before any is read."""
+    async with running_recoveryd(tmp_path_factory.mktemp("listing")) as recoveryd:
+        yield recoveryd
 
 
 async def send(recoveryd: Recoveryd, dlq_id: str, **fields: object) -> None:
@@ -62,11 +75,10 @@ async def test_the_groups_and_batches_are_listed(tmp_path: Path) -> None:
     ],
 )
 async def test_a_bad_parameter_is_a_400_naming_it(
-    tmp_path: Path, path: str, params: dict[str, str], field: str
+    empty_daemon: Recoveryd, path: str, params: dict[str, str], field: str
 ) -> None:
     """{"error", "field"}, not FastAPI's 422 nor a 500."""
-    async with running_recoveryd(tmp_path) as recoveryd:
-        answer: httpx.Response = await recoveryd.admin.get(path, params=params)
+    answer: httpx.Response = await empty_daemon.admin.get(path, params=params)
     assert answer.status_code == 400, answer.text
     assert answer.json()["field"] == field
     assert answer.json()["error"]

@@ -25,7 +25,7 @@ from tests import system_tools
 from tests.account.support import rotation_settings, send_callbacks, status
 from tests.pipeline.support import FINAL, RESUME_ALL
 from tests.processes import Served, free_port, serving, stop
-from tests.support import callback_json, emulator_config, workflows
+from tests.support import LOOPBACK_TLS, callback_json, emulator_config, workflows
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "helm" / "recoveryd" / "files" / "alerts.yaml"
@@ -239,7 +239,7 @@ def recover_with_trouble(served: Served, control: httpx.Client) -> None:
     workflow dlqIds through refused calls: an outage of the service long enough to open
     the circuit of DLQ reads, two 429s, and a 400 to the first bulk resume (its dlqIds end
     failed). Also a callback with no signature, and one sent twice."""
-    rotated = httpx.post(f"{served.admin_url}/-/rotate-token", timeout=30)
+    rotated = httpx.post(f"{served.admin_url}/-/rotate-token", timeout=30, verify=LOOPBACK_TLS)
     assert rotated.status_code == 200, rotated.text
     dlq_ids = control.post("/_emulator/dlq", json={"messages": workflows(WORK)}).json()["dlqIds"]
     for fault in (
@@ -254,6 +254,7 @@ def recover_with_trouble(served: Served, control: httpx.Client) -> None:
         content=callback_json("dlq_unsigned"),
         headers={"Content-Type": "application/json"},
         timeout=10,
+        verify=LOOPBACK_TLS,
     )
     assert unsigned.status_code == 401
     reads = "get_dlq_message"

@@ -16,11 +16,18 @@ from daemon.emulator import create_app
 from daemon.http.serving import serve_in_thread
 from tests.endpoints.support import dead_letter, endpoints, named, rules, topic_calls
 from tests.processes import Served, serving
-from tests.support import callback_json, emulator_config, faults_taken, signed, wait_for
+from tests.support import (
+    LOOPBACK_TLS,
+    callback_json,
+    emulator_config,
+    faults_taken,
+    signed,
+    wait_for,
+)
 
 
 def removals_of(served: Served) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{served.admin_url}/api/v1/removals", timeout=5).json()
+    answer = httpx.get(f"{served.admin_url}/api/v1/removals", timeout=5, verify=LOOPBACK_TLS).json()
     found: list[dict[str, Any]] = answer["removals"]
     return found
 
@@ -29,7 +36,9 @@ def fail_once(control: httpx.Client, served: Served, message: dict[str, Any]) ->
     """Dead-letter `message` and send its failure callback, signed, to `served`."""
     [dlq_id] = control.post("/_emulator/dlq", json={"messages": [message]}).json()["dlqIds"]
     body = callback_json(dlq_id)
-    response = httpx.post(f"{served.url}/callbacks", content=body, headers=signed(body))
+    response = httpx.post(
+        f"{served.url}/callbacks", content=body, headers=signed(body), verify=LOOPBACK_TLS
+    )
     assert response.status_code == 200
     return str(dlq_id)
 
@@ -77,8 +86,12 @@ def test_a_kill_while_the_delete_is_in_flight_neither_removes_twice_nor_loses_th
         with serving(tmp_path, **settings) as served:
             wait_for(lambda: removals_of(served)[0]["state"] == "removed")
             [removal] = removals_of(served)
-            record = httpx.get(f"{served.admin_url}/api/v1/dlq/{dlq_id}").json()
-            restored = httpx.post(f"{served.admin_url}/api/v1/removals/orders/c/restore")
+            record = httpx.get(
+                f"{served.admin_url}/api/v1/dlq/{dlq_id}", verify=LOOPBACK_TLS
+            ).json()
+            restored = httpx.post(
+                f"{served.admin_url}/api/v1/removals/orders/c/restore", verify=LOOPBACK_TLS
+            )
             served.stop()
         journal = control.get("/_emulator/journal").json()
         assert members_of(control, "orders") == members

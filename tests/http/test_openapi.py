@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema
 from daemon.http.public_api import CALLBACK
 from daemon.ingest.callback import FailureCallback
 from tests.processes import Served, emulator_process, serving
-from tests.support import SAMPLES, callback_json, emulator_config, signed
+from tests.support import LOOPBACK_TLS, SAMPLES, callback_json, emulator_config, signed
 
 ADMIN_TOKEN = "adm_openapi-tests-token"
 BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -120,12 +120,17 @@ def records(daemon: Served) -> list[str]:
     dlq_ids = [f"openapi-{n}" for n in range(3)]
     for dlq_id in dlq_ids:
         body = callback_json(dlq_id)
-        answer = httpx.post(f"{daemon.url}/callbacks", content=body, headers=signed(body))
+        answer = httpx.post(
+            f"{daemon.url}/callbacks", content=body, headers=signed(body), verify=LOOPBACK_TLS
+        )
         assert answer.status_code == 200, answer.text
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         listed = httpx.post(
-            f"{daemon.admin_url}/api/v1/redrive", json=LIST_GONE, headers=BEARER
+            f"{daemon.admin_url}/api/v1/redrive",
+            json=LIST_GONE,
+            headers=BEARER,
+            verify=LOOPBACK_TLS,
         ).json()
         if listed["count"] == len(dlq_ids):
             return dlq_ids
@@ -147,7 +152,7 @@ def test_unsigned_callbacks_reach_the_store_and_keep_to_the_document(
 
 
 def test_the_admin_listener_keeps_to_its_document(daemon: Served, records: list[str]) -> None:
-    rotation = httpx.post(f"{daemon.admin_url}/-/rotate-token", headers=BEARER)
+    rotation = httpx.post(f"{daemon.admin_url}/-/rotate-token", headers=BEARER, verify=LOOPBACK_TLS)
     assert rotation.status_code == 409, rotation.text  # see `daemon`: nothing is rotated
     schema = load(daemon.admin_url, **BEARER)
     answered = exercise(schema, BEARER)
@@ -211,15 +216,17 @@ def test_inputs_once_answered_500_are_refused_with_400(
 
 
 def test_both_documents_are_served_and_the_admin_one_needs_the_token(daemon: Served) -> None:
-    public = httpx.get(f"{daemon.url}/openapi.json").json()
+    public = httpx.get(f"{daemon.url}/openapi.json", verify=LOOPBACK_TLS).json()
     assert public["openapi"].startswith("3.1")
     callbacks = public["paths"]["/callbacks"]["post"]
     (signature,) = callbacks["parameters"]
     assert signature | {"name": "Service-Signature", "in": "header", "required": True} == signature
     # The listener's own refusals, which schemathesis' few cases never provoke.
     assert {"408", "413", "431", "503"} <= set(callbacks["responses"])
-    assert httpx.get(f"{daemon.admin_url}/openapi.json").status_code == 401
-    admin = httpx.get(f"{daemon.admin_url}/openapi.json", headers=BEARER).json()
+    assert httpx.get(f"{daemon.admin_url}/openapi.json", verify=LOOPBACK_TLS).status_code == 401
+    admin = httpx.get(
+        f"{daemon.admin_url}/openapi.json", headers=BEARER, verify=LOOPBACK_TLS
+    ).json()
     assert admin["openapi"].startswith("3.1")
     assert "401" in admin["paths"]["/api/v1/status"]["get"]["responses"]
     assert "401" not in admin["paths"]["/metrics"]["get"]["responses"]  # the scrape is open
@@ -228,7 +235,7 @@ def test_both_documents_are_served_and_the_admin_one_needs_the_token(daemon: Ser
 def test_with_unsigned_callbacks_allowed_the_signature_is_optional(
     unsigned_daemon: Served,
 ) -> None:
-    document = httpx.get(f"{unsigned_daemon.url}/openapi.json").json()
+    document = httpx.get(f"{unsigned_daemon.url}/openapi.json", verify=LOOPBACK_TLS).json()
     (signature,) = document["paths"]["/callbacks"]["post"]["parameters"]
     assert signature["required"] is False
 

@@ -15,11 +15,11 @@ from daemon.http.serving import serve_in_thread
 from daemon.notify.summary import idempotency_key
 from tests.notify.support import Receiver, notify_rule, receiving
 from tests.processes import Served, serving
-from tests.support import callback_json, emulator_config, signed, wait_for, workflows
+from tests.support import LOOPBACK_TLS, callback_json, emulator_config, signed, wait_for, workflows
 
 
 def notifications(served: Served, dlq_id: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{served.admin_url}/api/v1/dlq/{dlq_id}", timeout=5)
+    answer = httpx.get(f"{served.admin_url}/api/v1/dlq/{dlq_id}", timeout=5, verify=LOOPBACK_TLS)
     if answer.status_code == 404:
         return []
     found: list[dict[str, Any]] = answer.json()["notifications"]
@@ -29,7 +29,9 @@ def notifications(served: Served, dlq_id: str) -> list[dict[str, Any]]:
 def send_callbacks(served: Served, dlq_ids: list[str]) -> None:
     for dlq_id in dlq_ids:
         body = callback_json(dlq_id, "failure-callback-workflow.json")
-        answer = httpx.post(f"{served.url}/callbacks", content=body, headers=signed(body))
+        answer = httpx.post(
+            f"{served.url}/callbacks", content=body, headers=signed(body), verify=LOOPBACK_TLS
+        )
         assert answer.status_code == 200
 
 
@@ -80,8 +82,11 @@ def test_a_kill_mid_way_loses_no_notification_and_repeats_none_answered_2xx(
                     [n["state"] for n in notifications(served, d)] == ["sent"] for d in dlq_ids
                 )
             )
-            shown = [httpx.get(f"{served.admin_url}/api/v1/dlq/{d}").text for d in dlq_ids]
-            shown.append(httpx.get(f"{served.admin_url}/metrics").text)
+            shown = [
+                httpx.get(f"{served.admin_url}/api/v1/dlq/{d}", verify=LOOPBACK_TLS).text
+                for d in dlq_ids
+            ]
+            shown.append(httpx.get(f"{served.admin_url}/metrics", verify=LOOPBACK_TLS).text)
             served.stop()
 
     assert len(before_restart) >= 10

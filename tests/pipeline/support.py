@@ -16,7 +16,7 @@ import httpx
 from daemon.emulator import Emulator, create_app
 from daemon.http.serving import serve_in_thread
 from tests.processes import emulator_process
-from tests.support import Recoveryd, callback_json, emulator_config, running_recoveryd
+from tests.support import LOOPBACK_TLS, Recoveryd, callback_json, emulator_config, running_recoveryd
 
 BULK_PATHS = ("/v2/workflows/dlq/resume", "/v2/workflows/dlq/restart")
 # Every workflow run resumed, in small batches flushed quickly.
@@ -138,7 +138,7 @@ async def harness(
     served = emulator_process(config) if app is None else serve_in_thread(app)
     with served as service_url:
         async with (
-            httpx.AsyncClient(base_url=service_url, timeout=30) as control,
+            httpx.AsyncClient(base_url=service_url, timeout=30, verify=LOOPBACK_TLS) as control,
             running_recoveryd(
                 tmp_path, SERVICE_URL=service_url, RULES=str(path), **options
             ) as recoveryd,

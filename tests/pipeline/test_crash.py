@@ -17,7 +17,15 @@ from daemon.emulator import create_app
 from daemon.http.serving import serve_in_thread
 from tests.pipeline.support import BULK_PATHS, assert_recovered_once, dlq_ids_of
 from tests.processes import Served, serving
-from tests.support import callback_json, emulator_config, faults_taken, signed, wait_for, workflows
+from tests.support import (
+    LOOPBACK_TLS,
+    callback_json,
+    emulator_config,
+    faults_taken,
+    signed,
+    wait_for,
+    workflows,
+)
 
 UNSETTLED = "the call's outcome was not recorded"  # a batch's reason, once checked
 RULES = """\
@@ -31,13 +39,26 @@ rules:
 
 
 def status(served: Served) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5).json()
+    answer: dict[str, Any] = httpx.get(
+        f"{served.admin_url}/api/v1/status", timeout=5, verify=LOOPBACK_TLS
+    ).json()
     return answer
 
 
 def record(served: Served, dlq_id: str) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/dlq/{dlq_id}", timeout=5).json()
+    answer: dict[str, Any] = httpx.get(
+        f"{served.admin_url}/api/v1/dlq/{dlq_id}", timeout=5, verify=LOOPBACK_TLS
+    ).json()
     return answer
+
+
+def post_callbacks(served: Served, dlq_ids: list[str]) -> None:
+    """Each dlqId's signed failure callback, one after the other, as the service sends them."""
+    with httpx.Client(base_url=served.url, timeout=10, verify=LOOPBACK_TLS) as public:
+        for dlq_id in dlq_ids:
+            body = callback_json(dlq_id, "failure-callback-workflow.json")
+            response = public.post("/callbacks", content=body, headers=signed(body))
+            assert response.status_code == 200
 
 
 def journal_of(control: httpx.Client) -> list[dict[str, Any]]:
@@ -59,16 +80,12 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
         dlq_ids: list[str] = seeded.json()["dlqIds"]
         # The first bulk call (the first 50, flushed full) takes its time: the kill comes
         # while it is in flight, after the other 70 callbacks are posted one by one.
-        fault = {"kind": "latency", "seconds": 15, "times": 1, "paths": ["/v2/workflows/"]}
+        fault = {"kind": "latency", "seconds": 8, "times": 1, "paths": ["/v2/workflows/"]}
         control.post("/_emulator/faults", json=fault).raise_for_status()
         settings = {"SERVICE_URL": service_url, "RULES": str(rules)}
 
         with serving(tmp_path, **settings) as served:
-            for dlq_id in dlq_ids:
-                body = callback_json(dlq_id, "failure-callback-workflow.json")
-                response = httpx.post(f"{served.url}/callbacks", content=body,
-                                      headers=signed(body), timeout=10)  # fmt: skip
-                assert response.status_code == 200
+            post_callbacks(served, dlq_ids)
             # Marked as sending (committed right before the call), and the call at the
             # emulator, which is holding it when the kill comes.
             wait_for(
@@ -83,7 +100,9 @@ def test_a_kill_during_a_batch_call_loses_nothing_and_resumes_nothing_twice(
         with serving(tmp_path, **settings) as served:
             wait_for(lambda: status(served)["states"]["done"] == 120)
             final = status(served)
-            killed = httpx.get(f"{served.admin_url}/api/v1/dlq/{dlq_ids[0]}").json()
+            killed = httpx.get(
+                f"{served.admin_url}/api/v1/dlq/{dlq_ids[0]}", verify=LOOPBACK_TLS
+            ).json()
             served.stop()
 
         runs = control.get("/_emulator/runs").json()
@@ -126,11 +145,7 @@ def test_three_kills_at_random_points_fail_nothing_and_recover_each_once(
 
         for kill in range(3):
             with serving(tmp_path, **settings) as served:
-                for dlq_id in dlq_ids[kill * 100 : (kill + 1) * 100]:
-                    body = callback_json(dlq_id, "failure-callback-workflow.json")
-                    response = httpx.post(f"{served.url}/callbacks", content=body,
-                                          headers=signed(body), timeout=10)  # fmt: skip
-                    assert response.status_code == 200
+                post_callbacks(served, dlq_ids[kill * 100 : (kill + 1) * 100])
                 wait_for(lambda: status(served)["pendingBatches"] >= 1)
                 time.sleep(chance.uniform(0.0, 1.5))
                 exit_status, _ = served.stop(signal.SIGKILL)

@@ -14,7 +14,7 @@ import httpx
 
 from tests.pipeline.support import BULK_PATHS, dlq_ids_of
 from tests.processes import Served, emulator_process, serving
-from tests.support import callback_json, emulator_config, signed, wait_for, workflows
+from tests.support import LOOPBACK_TLS, callback_json, emulator_config, signed, wait_for, workflows
 
 LEASE = 3.0  # seconds: the shortest RECOVERYD_REPLICA_LEASE takes
 RULES = """\
@@ -34,7 +34,9 @@ def bulk_calls(control: httpx.Client) -> list[dict[str, Any]]:
 
 
 def done(served: Served) -> int:
-    states = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5).json()["states"]
+    states = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5, verify=LOOPBACK_TLS).json()[
+        "states"
+    ]
     return int(states["done"])
 
 
@@ -68,7 +70,12 @@ def test_a_replica_frozen_mid_retry_sends_nothing_for_its_adopted_batch(
             try:
                 for dlq_id in dlq_ids:
                     body = callback_json(dlq_id, "failure-callback-workflow.json")
-                    answer = httpx.post(f"{a.url}/callbacks", content=body, headers=signed(body))
+                    answer = httpx.post(
+                        f"{a.url}/callbacks",
+                        content=body,
+                        headers=signed(body),
+                        verify=LOOPBACK_TLS,
+                    )
                     assert answer.status_code == 200
                 wait_for(lambda: bulk_calls(control), 30, "A's bulk call, refused")
                 a.process.send_signal(signal.SIGSTOP)

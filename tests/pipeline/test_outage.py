@@ -16,7 +16,15 @@ from daemon.emulator import create_app
 from daemon.http.serving import serve_in_thread
 from tests.pipeline.support import RESUME_ALL, assert_recovered_once
 from tests.processes import Served, serving
-from tests.support import PASSWORD, TOKEN, callback_json, emulator_config, signed, workflows
+from tests.support import (
+    LOOPBACK_TLS,
+    PASSWORD,
+    TOKEN,
+    callback_json,
+    emulator_config,
+    signed,
+    workflows,
+)
 
 CALLBACKS = 5000
 # The outage: first the service's connections drop, then it answers 503 (a load
@@ -25,12 +33,14 @@ OUTAGE = (("drop", 90.0), ("503", 90.0))
 
 
 def status(served: Served) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/status", timeout=10).json()
+    answer: dict[str, Any] = httpx.get(
+        f"{served.admin_url}/api/v1/status", timeout=10, verify=LOOPBACK_TLS
+    ).json()
     return answer
 
 
 def post_callbacks(served: Served, dlq_ids: list[str]) -> None:
-    with httpx.Client(base_url=served.url, timeout=10) as public:
+    with httpx.Client(base_url=served.url, timeout=10, verify=LOOPBACK_TLS) as public:
         for dlq_id in dlq_ids:
             body = callback_json(dlq_id, "failure-callback-workflow.json")
             response = public.post("/callbacks", content=body, headers=signed(body))

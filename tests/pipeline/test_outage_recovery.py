@@ -30,6 +30,7 @@ from tests.pipeline.support import (
 from tests.processes import Served, emulator_process, serving
 from tests.support import (
     FAST_TUNING,
+    LOOPBACK_TLS,
     callback_json,
     emulator_config,
     eventually,
@@ -63,7 +64,9 @@ rules:
 
 
 def status(served: Served) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/status", timeout=10).json()
+    answer: dict[str, Any] = httpx.get(
+        f"{served.admin_url}/api/v1/status", timeout=10, verify=LOOPBACK_TLS
+    ).json()
     return answer
 
 

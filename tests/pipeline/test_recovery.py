@@ -80,7 +80,9 @@ async def test_runs_are_restarted_in_batches_with_the_rules_headers_each_sent_on
 async def test_the_record_shows_the_rule_the_calls_and_the_runs(
     tmp_path: Path, store: dict[str, str]
 ) -> None:
-    async with harness(tmp_path, RESTART_BILLING, **store) as h:
+    # A batch of one, sent at once: maxWait is not what this test is about.
+    rules = RESTART_BILLING.replace("maxSize: 20, maxWait: 5s", "maxSize: 20, maxWait: 100ms")
+    async with harness(tmp_path, rules, **store) as h:
         [dlq_id] = await h.seed(workflows(1, labels=["billing"]))
         await h.send_callbacks([dlq_id])
         await h.settled(1)
@@ -224,24 +226,25 @@ async def test_recoveryd_dry_run_changes_nothing_at_all(
 async def test_metrics_count_decisions_batches_calls_and_states(
     tmp_path: Path, store: dict[str, str]
 ) -> None:
+    # Two batches, each flushed full (maxSize 20): none waits out maxWait.
     async with harness(tmp_path, RESTART_BILLING, **store) as h:
-        dlq_ids = await h.seed(workflows(25, labels=["billing"]))
+        dlq_ids = await h.seed(workflows(40, labels=["billing"]))
         await h.send_callbacks(dlq_ids)
-        await h.settled(25)
+        await h.settled(40)
         await h.recoveryd.admin.get("/metrics")
         metric = h.recoveryd.metric
 
-        assert metric("recoveryd_decisions_total", rule="restart-billing", action="restart") == 25
+        assert metric("recoveryd_decisions_total", rule="restart-billing", action="restart") == 40
         assert metric("recoveryd_batch_dlq_ids_count") == 2
-        assert metric("recoveryd_batch_dlq_ids_sum") == 25
-        assert metric("recoveryd_recovered_total", action="restart") == 25
+        assert metric("recoveryd_batch_dlq_ids_sum") == 40
+        assert metric("recoveryd_recovered_total", action="restart") == 40
         assert (
             metric("recoveryd_upstream_calls_total", operation="get_dlq_message", status="200")
-            == 25
+            == 40
         )
         assert metric("recoveryd_upstream_calls_total", operation="restart", status="200") == 2
         assert metric("recoveryd_upstream_call_duration_seconds_count", operation="restart") == 2
-        assert metric("recoveryd_dlq_ids", state="done") == 25
+        assert metric("recoveryd_dlq_ids", state="done") == 40
         assert metric("recoveryd_dlq_ids", state="received") == 0
         assert metric("recoveryd_oldest_pending_age_seconds") == 0
         assert metric("recoveryd_pending_batches") == 0

@@ -4,6 +4,7 @@ redrive: final dlqIds put back into the pipeline from the admin API and the comm
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 import time
@@ -18,7 +19,13 @@ from daemon.store.records import Outcome
 from daemon.store.sqlite import SQLiteStore
 from tests.pipeline.support import BULK_PATHS, dlq_ids_of, harness
 from tests.processes import environ
-from tests.support import callback_json, emulator_config, running_recoveryd, workflows
+from tests.support import (
+    FAST_BREAKER,
+    callback_json,
+    emulator_config,
+    running_recoveryd,
+    workflows,
+)
 
 SMALL_BATCHES = """\
 version: 1
@@ -109,7 +116,10 @@ async def left_in_an_unsent_batch(path: Path, dlq_ids: list[str], rule: str) -> 
 async def test_resent_batches_keep_the_rules_max_size(tmp_path: Path) -> None:
     """A call of unknown outcome is checked and its dlqIds go out again, still at most
     the rule's maxSize to a call."""
-    async with harness(tmp_path, SMALL_BATCHES) as h:
+    # Once the 503s open the circuit, a probe every 0.4 s at most, not every 2 s: the
+    # point is the resent batches' size, not the breaker's wait.
+    breaker = dataclasses.replace(FAST_BREAKER, max_open=0.4)
+    async with harness(tmp_path, SMALL_BATCHES, breaker=breaker) as h:
         dlq_ids = await h.seed(workflows(12))
         await h.fault(kind="status", status=503, times=12, paths=["/v2/workflows/"])
         await h.send_callbacks(dlq_ids)

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from cryptography.fernet import Fernet
 
 from tests.account.support import RESET
 from tests.pipeline.support import BULK_PATHS, assert_recovered_once
 from tests.processes import Served, emulator_process, serving
 from tests.support import (
+    LOOPBACK_TLS,
     PASSWORD,
     USERNAME,
     callback_json,
@@ -47,7 +49,7 @@ sweeps:
 
 
 def metric(served: Served, name: str) -> float:
-    text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+    text = httpx.get(f"{served.admin_url}/metrics", timeout=5, verify=LOOPBACK_TLS).text
     for line in text.splitlines():
         if line.startswith(f"{name} "):
             return float(line.split()[1])
@@ -55,12 +57,16 @@ def metric(served: Served, name: str) -> float:
 
 
 def status(served: Served) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5).json()
+    answer: dict[str, Any] = httpx.get(
+        f"{served.admin_url}/api/v1/status", timeout=5, verify=LOOPBACK_TLS
+    ).json()
     return answer
 
 
 def sweep_runs(served: Served) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{served.admin_url}/api/v1/sweeps?runs=50", timeout=5).json()
+    answer = httpx.get(
+        f"{served.admin_url}/api/v1/sweeps?runs=50", timeout=5, verify=LOOPBACK_TLS
+    ).json()
     runs: list[dict[str, Any]] = answer["sweeps"][0]["lastRuns"]
     return runs
 
@@ -105,6 +111,8 @@ def leader_of(replicas: list[Served]) -> Served:
     return holding[0]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # about 100 s alone on a loaded machine; the suite's bound, said
 def test_three_replicas_share_the_work_and_survive_the_leaders_death(
     tmp_path: Path, postgres_url: str
 ) -> None:

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.pipeline.support import BULK_PATHS, RESUME_ALL, Harness, harness, sent_per_dlq_id
-from tests.support import FAST_RETRY, FAST_TUNING, TOKEN, eventually, workflows
+from tests.support import FAST_BREAKER, FAST_RETRY, FAST_TUNING, TOKEN, eventually, workflows
 
 FAILED = "recoveryd_dlq_ids_failed_total"
 
@@ -67,7 +67,10 @@ async def test_after_an_outage_a_message_fails_only_at_its_fifth_final_answer(
 async def test_a_message_the_service_keeps_failing_is_never_failed(tmp_path: Path) -> None:
     """500s on every fetch for well past the fetch tries: the dlqId waits in `received`
     (never `failed`), and is recovered once the service answers again."""
-    async with harness(tmp_path, RESUME_ALL) as h:
+    # A probe every 0.4 s at most once the circuit opens, not every 2 s: the point is
+    # how many tries fail, not how long the breaker waits between them.
+    breaker = dataclasses.replace(FAST_BREAKER, max_open=0.4)
+    async with harness(tmp_path, RESUME_ALL, breaker=breaker) as h:
         [dlq_id] = await h.seed(workflows(1))
         await h.fault(kind="status", status=500, times=100_000, paths=["/v2/dlq/"])
         await h.send_callbacks([dlq_id])

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.processes import Served, serving
-from tests.support import wait_for
+from tests.support import LOOPBACK_TLS, wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 
@@ -23,7 +23,7 @@ def serving_limited(
 
 
 def _metric(served: Served, name: str) -> float:
-    text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+    text = httpx.get(f"{served.admin_url}/metrics", timeout=5, verify=LOOPBACK_TLS).text
     line = next(line for line in text.splitlines() if line.startswith(name + " "))
     return float(line.split()[1])
 
@@ -49,15 +49,17 @@ def test_near_the_limit_a_warning_and_at_it_not_ready(tmp_path: Path) -> None:
             while used + len(opened) < 0.85 * limit:
                 opened.append(socket.create_connection((host, int(port))))
             wait_for(lambda: "open descriptors near their limit" in served.logs())
-            assert httpx.get(f"{served.url}/readyz").status_code == 200
+            assert httpx.get(f"{served.url}/readyz", verify=LOOPBACK_TLS).status_code == 200
             while used + len(opened) < limit - 8:
                 opened.append(socket.create_connection((host, int(port))))
-            wait_for(lambda: httpx.get(f"{served.url}/readyz").status_code == 503)
-            reasons = httpx.get(f"{served.url}/readyz").json()["reasons"]
+            wait_for(
+                lambda: httpx.get(f"{served.url}/readyz", verify=LOOPBACK_TLS).status_code == 503
+            )
+            reasons = httpx.get(f"{served.url}/readyz", verify=LOOPBACK_TLS).json()["reasons"]
             assert any(reason.startswith("descriptors: ") for reason in reasons), reasons
             assert _metric(served, "recoveryd_ready") == 0
         finally:
             for sock in opened:
                 sock.close()
-        wait_for(lambda: httpx.get(f"{served.url}/readyz").status_code == 200)
+        wait_for(lambda: httpx.get(f"{served.url}/readyz", verify=LOOPBACK_TLS).status_code == 200)
         wait_for(lambda: "open descriptors back under their limit" in served.logs())

@@ -13,16 +13,18 @@ from typing import Any
 import httpx
 
 from tests.processes import Served, serving
-from tests.support import wait_for
+from tests.support import LOOPBACK_TLS, wait_for
 
 
 def status(served: Served) -> dict[str, Any]:
-    answer: dict[str, Any] = httpx.get(f"{served.admin_url}/api/v1/status", timeout=5).json()
+    answer: dict[str, Any] = httpx.get(
+        f"{served.admin_url}/api/v1/status", timeout=5, verify=LOOPBACK_TLS
+    ).json()
     return answer
 
 
 def holding(served: Served) -> bool:
-    text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+    text = httpx.get(f"{served.admin_url}/metrics", timeout=5, verify=LOOPBACK_TLS).text
     return "\nrecoveryd_singleton_jobs_running 1.0\n" in text
 
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from daemon.store import RecordQuery, replay
 from daemon.store import listing as shared
-from tests.store.support import OpenStore
+from tests import postgres
+from tests.store.support import SQLITE, OpenStore
 
 ROWS = 20_000
 NOW = 1_000_000.0
@@ -64,8 +66,20 @@ FILL["postgres"] = (
 )
 
 
-@pytest.fixture
-def filled(open_store: OpenStore) -> OpenStore:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def filled(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OpenStore]:
+    """A store of each kind, filled and analyzed once for the module: its tests only
+    explain statements and read."""
+    if request.param == "sqlite":
+        yield fill(OpenStore(f"{SQLITE}{tmp_path_factory.mktemp('plans') / 's.db'}"))
+        return
+    with postgres.fresh_database(request.getfixturevalue("postgres_server")) as url:
+        yield fill(OpenStore(url))
+
+
+def fill(open_store: OpenStore) -> OpenStore:
     async def migrate() -> None:
         async with open_store():
             pass

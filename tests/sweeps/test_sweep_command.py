@@ -15,7 +15,7 @@ from cryptography.fernet import Fernet
 from daemon.emulator import create_app
 from daemon.http.serving import serve_in_thread
 from tests.processes import environ
-from tests.support import PASSWORD, TOKEN, USERNAME, emulator_config
+from tests.support import LOOPBACK_TLS, PASSWORD, TOKEN, USERNAME, emulator_config
 from tests.sweeps.support import interleaved, matching, not_matching, split, sweep_rules
 
 
@@ -27,7 +27,9 @@ def service_url() -> Iterator[str]:
 
 def seed(service_url: str, selected: int) -> tuple[list[str], list[str]]:
     messages = interleaved(matching(selected), not_matching())
-    response = httpx.post(f"{service_url}/_emulator/dlq", json={"messages": messages})
+    response = httpx.post(
+        f"{service_url}/_emulator/dlq", json={"messages": messages}, verify=LOOPBACK_TLS
+    )
     response.raise_for_status()
     return split(response.json()["dlqIds"], messages)
 
@@ -47,12 +49,17 @@ def sweep(
 
 
 def journal(service_url: str) -> list[dict[str, str]]:
-    calls: list[dict[str, str]] = httpx.get(f"{service_url}/_emulator/journal").json()
+    calls: list[dict[str, str]] = httpx.get(
+        f"{service_url}/_emulator/journal", verify=LOOPBACK_TLS
+    ).json()
     return calls
 
 
 def in_dlq(service_url: str) -> list[str]:
-    return [entry["dlqId"] for entry in httpx.get(f"{service_url}/_emulator/dlq").json()]
+    return [
+        entry["dlqId"]
+        for entry in httpx.get(f"{service_url}/_emulator/dlq", verify=LOOPBACK_TLS).json()
+    ]
 
 
 def test_dry_run_lists_exactly_what_the_filter_selects_and_changes_nothing(
@@ -152,7 +159,9 @@ def test_dry_run_calls_with_the_token_a_rotation_sealed_into_the_store(
         check=False,
     )
     assert rotated.returncode == 0, rotated.stderr
-    stale = httpx.get(f"{service_url}/v2/dlq/x", headers={"Authorization": f"Bearer {TOKEN}"})
+    stale = httpx.get(
+        f"{service_url}/v2/dlq/x", headers={"Authorization": f"Bearer {TOKEN}"}, verify=LOOPBACK_TLS
+    )
     assert stale.status_code == 401
 
     result = sweep(tmp_path, service_url, "restart-billing", "--dry-run", **shared)

@@ -16,7 +16,7 @@ import pytest
 from daemon.emulator import create_app
 from daemon.http.serving import serve_in_thread
 from tests.processes import serving
-from tests.support import emulator_config, wait_for
+from tests.support import LOOPBACK_TLS, emulator_config, wait_for
 from tests.sweeps.support import RESTART, interleaved, matching, not_matching, split, sweep_rules
 from tests.sweeps.support import sources as made_from
 
@@ -29,7 +29,9 @@ def service_url() -> Iterator[str]:
 
 
 def runs(admin_url: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{admin_url}/api/v1/sweeps", params={"runs": 100}, timeout=5).json()
+    answer = httpx.get(
+        f"{admin_url}/api/v1/sweeps", params={"runs": 100}, timeout=5, verify=LOOPBACK_TLS
+    ).json()
     found: list[dict[str, Any]] = answer["sweeps"][0]["lastRuns"]
     return list(reversed(found))
 

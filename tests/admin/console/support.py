@@ -16,6 +16,7 @@ import httpx
 from daemon.emulator import create_app
 from daemon.http.serving import serve_in_thread
 from tests.support import (
+    LOOPBACK_TLS,
     Recoveryd,
     callback_json,
     emulator_config,
@@ -50,6 +51,8 @@ HOSTILE = {
 }
 HOSTILE_ID = "1763712000999-0<script>alert(1)</script>"
 MARKUP = ("<script>alert(1)", "<img src=x", 'href="javascript:')
+# RECOVERYD_ADMIN_TOKEN of the consoles that have one.
+ADMIN_TOKEN = "adm_c0nsole-Token"
 
 
 @dataclass
@@ -98,7 +101,7 @@ async def console(tmp_path: Path, **settings: str) -> AsyncIterator[Console]:
     rules.write_text(RULES)
     with serve_in_thread(create_app(emulator_config(execute_runs=False))) as service_url:
         async with (
-            httpx.AsyncClient(base_url=service_url, timeout=10) as service,
+            httpx.AsyncClient(base_url=service_url, timeout=10, verify=LOOPBACK_TLS) as service,
             running_recoveryd(
                 tmp_path, SERVICE_URL=service_url, RULES=str(rules), **settings
             ) as daemon,

@@ -16,19 +16,25 @@ from tests.admin.console.support import (
     HOSTILE_ID,
     MARKUP,
     RULES,
+    Console,
     console,
     post_hostile,
 )
 from tests.support import TOKEN, callback_json
 
+# The tests that only read share a console started once for the module (conftest.py),
+# with the one dlqId done; those that add to it or change it start their own.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 NAV = ("Overview", "Failures", "Groups", "Batches", "Removals", "Sweeps", "Rules")
 
 
-async def test_the_overview_shows_the_backlog_breakers_rules_and_replicas(tmp_path: Path) -> None:
+async def test_the_overview_shows_the_backlog_breakers_rules_and_replicas(
+    open_console: Console,
+) -> None:
     """The overview's sections, with the count of the dlqId done and the rules' digest."""
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/")
-        digest = c.daemon.daemon.rules.current.digest
+    page = await open_console.ui.get("/ui/")
+    digest = open_console.daemon.daemon.rules.current.digest
     assert page.status_code == 200
     for section in ("backlog", "breakers", "rules-status", "replicas"):
         assert f'<section id="{section}"' in page.text
@@ -52,33 +58,32 @@ async def test_the_overview_shows_the_tokens_last_rotation_and_age(tmp_path: Pat
     assert TOKEN not in after.text
 
 
-async def test_the_overview_fragment_is_the_live_part_alone(tmp_path: Path) -> None:
+async def test_the_overview_fragment_is_the_live_part_alone(open_console: Console) -> None:
     """/ui/fragments/overview answers the sections the overview page polls, no page."""
-    async with console(tmp_path) as c:
-        fragment = await c.ui.get("/ui/fragments/overview")
+    fragment = await open_console.ui.get("/ui/fragments/overview")
     assert fragment.status_code == 200
     assert '<section id="backlog"' in fragment.text
     assert "<html" not in fragment.text
 
 
-async def test_the_failures_list_shows_each_failure_linked_to_its_page(tmp_path: Path) -> None:
+async def test_the_failures_list_shows_each_failure_linked_to_its_page(
+    open_console: Console,
+) -> None:
     """A row per dlqId, its id a link to its page, with its state and rule."""
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/failures", params={"rule": "resume-workflows"})
+    page = await open_console.ui.get("/ui/failures", params={"rule": "resume-workflows"})
     assert page.status_code == 200
-    assert f'<tr data-dlq-id="{c.done}">' in page.text
-    assert f'href="/ui/failures/{c.done}"' in page.text
+    assert f'<tr data-dlq-id="{open_console.done}">' in page.text
+    assert f'href="/ui/failures/{open_console.done}"' in page.text
     assert "resume-workflows" in page.text
     assert '<form id="filter" method="get"' in page.text
 
 
-async def test_the_failures_fragment_is_the_table_alone(tmp_path: Path) -> None:
+async def test_the_failures_fragment_is_the_table_alone(open_console: Console) -> None:
     """/ui/fragments/failures, with the page's filters, answers the rows the list polls."""
-    async with console(tmp_path) as c:
-        fragment = await c.ui.get("/ui/fragments/failures", params={"state": "done"})
+    fragment = await open_console.ui.get("/ui/fragments/failures", params={"state": "done"})
     assert fragment.status_code == 200
     assert fragment.text.startswith('<table id="failures">')
-    assert f'<tr data-dlq-id="{c.done}">' in fragment.text
+    assert f'<tr data-dlq-id="{open_console.done}">' in fragment.text
 
 
 async def test_a_long_list_pages_by_cursor_and_a_later_page_stays_put(tmp_path: Path) -> None:
@@ -99,36 +104,38 @@ async def test_a_long_list_pages_by_cursor_and_a_later_page_stays_put(tmp_path: 
     assert "Next page" not in second.text
 
 
-async def test_the_failures_filter_leaves_out_other_rules(tmp_path: Path) -> None:
+async def test_the_failures_filter_leaves_out_other_rules(open_console: Console) -> None:
     """Filtered by a rule that decided nothing, the list has no row."""
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/failures", params={"rule": "leave-the-rest"})
+    page = await open_console.ui.get("/ui/failures", params={"rule": "leave-the-rest"})
     assert page.status_code == 200
     assert "data-dlq-id" not in page.text
 
 
 @pytest.mark.parametrize(("field", "value"), [("state", "sleeping"), ("since", "yesterday")])
-async def test_a_bad_filter_is_a_400_naming_it(tmp_path: Path, field: str, value: str) -> None:
+async def test_a_bad_filter_is_a_400_naming_it(
+    open_console: Console, field: str, value: str
+) -> None:
     """A state that is not one, or an age that is not a duration: 400, the field named."""
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/failures", params={field: value})
+    page = await open_console.ui.get("/ui/failures", params={field: value})
     assert page.status_code == 400
     assert f"{field}: " in page.text
 
 
 @pytest.mark.parametrize("path", ["/ui/failures", "/ui/batches"])
-async def test_a_cursor_no_listing_gave_is_a_400_naming_it(tmp_path: Path, path: str) -> None:
-    async with console(tmp_path) as c:
-        page = await c.ui.get(path, params={"cursor": "not-a-cursor"})
+async def test_a_cursor_no_listing_gave_is_a_400_naming_it(
+    open_console: Console, path: str
+) -> None:
+    page = await open_console.ui.get(path, params={"cursor": "not-a-cursor"})
     assert page.status_code == 400
     assert "cursor: " in page.text
 
 
-async def test_a_failure_shows_its_summary_timeline_reasoning_and_batch(tmp_path: Path) -> None:
+async def test_a_failure_shows_its_summary_timeline_reasoning_and_batch(
+    open_console: Console,
+) -> None:
     """State and rule in the summary, the timeline to done, the rule explain names, and
     the batch with its call's status."""
-    async with console(tmp_path) as c:
-        page = await c.ui.get(f"/ui/failures/{c.done}")
+    page = await open_console.ui.get(f"/ui/failures/{open_console.done}")
     assert page.status_code == 200
     assert '<dd data-field="state" class="state-done">done</dd>' in page.text
     assert '<dd data-field="rule">resume-workflows</dd>' in page.text
@@ -139,9 +146,8 @@ async def test_a_failure_shows_its_summary_timeline_reasoning_and_batch(tmp_path
     assert ">Redrive</button>" in page.text
 
 
-async def test_an_unknown_dlq_id_is_a_404_page(tmp_path: Path) -> None:
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/failures/no-such-id")
+async def test_an_unknown_dlq_id_is_a_404_page(open_console: Console) -> None:
+    page = await open_console.ui.get("/ui/failures/no-such-id")
     assert page.status_code == 404
     assert "no-such-id" in page.text
 
@@ -169,45 +175,40 @@ async def test_hostile_callback_fields_show_as_text_on_the_failure_page(tmp_path
     assert "endpoint-s3cret" not in page.text
 
 
-async def test_groups_list_failures_by_what_they_share(tmp_path: Path) -> None:
+async def test_groups_list_failures_by_what_they_share(open_console: Console) -> None:
     """The group of the recovered run, with its count and a link to its failures."""
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/groups")
+    page = await open_console.ui.get("/ui/groups")
     assert page.status_code == 200
     assert '<table id="groups">' in page.text
     assert "resume-workflows" in page.text
     assert "/ui/failures?" in page.text
 
 
-async def test_batches_list_the_batch_sent(tmp_path: Path) -> None:
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/batches")
+async def test_batches_list_the_batch_sent(open_console: Console) -> None:
+    page = await open_console.ui.get("/ui/batches")
     assert page.status_code == 200
     assert "data-batch-id=" in page.text
-    assert f">{c.done}</a>" in page.text
+    assert f">{open_console.done}</a>" in page.text
 
 
-async def test_removals_answer_with_none_recorded(tmp_path: Path) -> None:
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/removals")
+async def test_removals_answer_with_none_recorded(open_console: Console) -> None:
+    page = await open_console.ui.get("/ui/removals")
     assert page.status_code == 200
     assert '<table id="removals">' in page.text
     assert "No endpoint has been removed." in page.text
 
 
-async def test_sweeps_show_each_sweep_with_a_dry_run_button(tmp_path: Path) -> None:
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/sweeps")
+async def test_sweeps_show_each_sweep_with_a_dry_run_button(open_console: Console) -> None:
+    page = await open_console.ui.get("/ui/sweeps")
     assert page.status_code == 200
     assert "nightly" in page.text
     assert ">Dry run</button>" in page.text
 
 
-async def test_rules_show_the_file_and_each_rules_counts(tmp_path: Path) -> None:
+async def test_rules_show_the_file_and_each_rules_counts(open_console: Console) -> None:
     """The file's text, its digest, and resume-workflows' one dlqId done."""
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/rules")
-        digest = c.daemon.daemon.rules.current.digest
+    page = await open_console.ui.get("/ui/rules")
+    digest = open_console.daemon.daemon.rules.current.digest
     assert page.status_code == 200
     assert digest in page.text
     assert "schedule: &#34;0 3 * * *&#34;" in page.text
@@ -267,9 +268,8 @@ async def test_rules_show_what_reloading_the_changed_file_would_change(tmp_path:
     assert "got &#39;resum&#39;; did you mean &#39;resume&#39;?" in broken
 
 
-async def test_rules_show_no_shadow_rules_when_none_are_set(tmp_path: Path) -> None:
-    async with console(tmp_path) as c:
-        page = (await c.ui.get("/ui/rules")).text
+async def test_rules_show_no_shadow_rules_when_none_are_set(open_console: Console) -> None:
+    page = (await open_console.ui.get("/ui/rules")).text
     assert "None: set <code>RECOVERYD_SHADOW_RULES</code>" in page
 
 
@@ -297,10 +297,9 @@ async def test_rules_show_shadow_rules_that_failed_to_load_and_why(tmp_path: Pat
     assert "rules[1].mach: unknown key &#39;mach&#39;" in section
 
 
-async def test_the_static_files_are_served(tmp_path: Path) -> None:
-    async with console(tmp_path) as c:
-        css = await c.ui.get("/ui/static/console.css")
-        js = await c.ui.get("/ui/static/console.js")
+async def test_the_static_files_are_served(open_console: Console) -> None:
+    css = await open_console.ui.get("/ui/static/console.css")
+    js = await open_console.ui.get("/ui/static/console.js")
     assert css.status_code == js.status_code == 200
     assert "prefers-color-scheme: dark" in css.text
     assert "data-live" in js.text

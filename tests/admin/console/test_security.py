@@ -3,15 +3,16 @@ the security headers on every /ui response."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from structlog.testing import capture_logs
 
 from daemon.admin.console.security import CSRF_COOKIE, SESSION_COOKIE
-from tests.admin.console.support import console, csrf_of
+from tests.admin.console.support import ADMIN_TOKEN, Console, csrf_of
 
-ADMIN_TOKEN = "adm_c0nsole-Token"
+# Each test reads one of two consoles started once for the module (conftest.py): one
+# without a token, one behind it; each test is a new browser (a client of its own).
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 POSTS = [
     ("/ui/redrive", {"dlqId": "1-0"}),
     ("/ui/restore", {"group": "g", "name": "n"}),
@@ -24,40 +25,36 @@ POSTS = [
 
 @pytest.mark.parametrize(("path", "fields"), POSTS)
 async def test_a_post_without_the_csrf_token_is_403(
-    tmp_path: Path, path: str, fields: dict[str, str]
+    open_console: Console, path: str, fields: dict[str, str]
 ) -> None:
     """No CSRF field (a cross-site form would have none): 403, nothing done."""
-    async with console(tmp_path) as c:
-        await c.ui.get("/ui/")  # the CSRF cookie set
-        response = await c.ui.post(path, data=fields)
+    await open_console.ui.get("/ui/")  # the CSRF cookie set
+    response = await open_console.ui.post(path, data=fields)
     assert response.status_code == 403
 
 
 @pytest.mark.parametrize(("path", "fields"), POSTS)
 async def test_a_post_with_a_wrong_csrf_token_is_403(
-    tmp_path: Path, path: str, fields: dict[str, str]
+    open_console: Console, path: str, fields: dict[str, str]
 ) -> None:
-    async with console(tmp_path) as c:
-        await c.ui.get("/ui/")
-        response = await c.ui.post(path, data={"csrf": "not-the-cookies", **fields})
+    await open_console.ui.get("/ui/")
+    response = await open_console.ui.post(path, data={"csrf": "not-the-cookies", **fields})
     assert response.status_code == 403
 
 
-async def test_a_reload_without_the_csrf_token_does_not_reload(tmp_path: Path) -> None:
+async def test_a_reload_without_the_csrf_token_does_not_reload(open_console: Console) -> None:
     """The refused POST changes nothing: the rules stay the object in force."""
-    async with console(tmp_path) as c:
-        before = c.daemon.daemon.rules.current
-        await c.ui.get("/ui/")
-        await c.ui.post("/ui/reload", data={})
-        assert c.daemon.daemon.rules.current is before
+    before = open_console.daemon.daemon.rules.current
+    await open_console.ui.get("/ui/")
+    await open_console.ui.post("/ui/reload", data={})
+    assert open_console.daemon.daemon.rules.current is before
 
 
 async def test_with_a_token_a_page_without_a_session_redirects_to_the_login(
-    tmp_path: Path,
+    guarded_console: Console,
 ) -> None:
-    async with console(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as c:
-        response = await c.ui.get("/ui/failures")
-        login = await c.ui.get("/ui/login")
+    response = await guarded_console.ui.get("/ui/failures")
+    login = await guarded_console.ui.get("/ui/login")
     assert response.status_code == 303
     assert response.headers["location"] == "/ui/login"
     assert login.status_code == 200
@@ -65,13 +62,14 @@ async def test_with_a_token_a_page_without_a_session_redirects_to_the_login(
     assert 'name="token" type="password"' in login.text
 
 
-async def test_logging_in_opens_the_console_and_logging_out_closes_it(tmp_path: Path) -> None:
+async def test_logging_in_opens_the_console_and_logging_out_closes_it(
+    guarded_console: Console,
+) -> None:
     """The token once, then the session cookie; after Log out, the login again."""
-    async with console(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as c:
-        logged_in = await c.post_form("/ui/login", "/ui/login", token=ADMIN_TOKEN)
-        overview = await c.ui.get("/ui/")
-        logged_out = await c.ui.post("/ui/logout", data={"csrf": csrf_of(overview.text)})
-        after = await c.ui.get("/ui/")
+    logged_in = await guarded_console.post_form("/ui/login", "/ui/login", token=ADMIN_TOKEN)
+    overview = await guarded_console.ui.get("/ui/")
+    logged_out = await guarded_console.ui.post("/ui/logout", data={"csrf": csrf_of(overview.text)})
+    after = await guarded_console.ui.get("/ui/")
     assert logged_in.status_code == 303
     assert logged_in.headers["location"] == "/ui/"
     assert overview.status_code == 200
@@ -82,9 +80,10 @@ async def test_logging_in_opens_the_console_and_logging_out_closes_it(tmp_path: 
     assert after.headers["location"] == "/ui/login"
 
 
-async def test_the_session_cookie_is_httponly_strict_and_holds_no_token(tmp_path: Path) -> None:
-    async with console(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as c:
-        response = await c.post_form("/ui/login", "/ui/login", token=ADMIN_TOKEN)
+async def test_the_session_cookie_is_httponly_strict_and_holds_no_token(
+    guarded_console: Console,
+) -> None:
+    response = await guarded_console.post_form("/ui/login", "/ui/login", token=ADMIN_TOKEN)
     cookie = next(
         value
         for name, value in response.headers.multi_items()
@@ -95,12 +94,11 @@ async def test_the_session_cookie_is_httponly_strict_and_holds_no_token(tmp_path
     assert ADMIN_TOKEN not in cookie
 
 
-async def test_a_wrong_token_is_refused_and_not_logged(tmp_path: Path) -> None:
+async def test_a_wrong_token_is_refused_and_not_logged(guarded_console: Console) -> None:
     """401 with the form again; neither the token tried nor the admin token in the log."""
-    async with console(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as c:
-        with capture_logs() as logs:
-            response = await c.post_form("/ui/login", "/ui/login", token="adm_guess")
-        after = await c.ui.get("/ui/")
+    with capture_logs() as logs:
+        response = await guarded_console.post_form("/ui/login", "/ui/login", token="adm_guess")
+    after = await guarded_console.ui.get("/ui/")
     assert response.status_code == 401
     assert "That is not the admin token." in response.text
     assert after.status_code == 303
@@ -108,29 +106,30 @@ async def test_a_wrong_token_is_refused_and_not_logged(tmp_path: Path) -> None:
     assert ADMIN_TOKEN not in repr(logs)
 
 
-async def test_a_forged_session_cookie_is_not_a_session(tmp_path: Path) -> None:
-    async with console(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as c:
-        c.ui.cookies.set(SESSION_COOKIE, "9999999999.00", path="/ui")
-        response = await c.ui.get("/ui/")
+async def test_a_forged_session_cookie_is_not_a_session(guarded_console: Console) -> None:
+    guarded_console.ui.cookies.set(SESSION_COOKIE, "9999999999.00", path="/ui")
+    response = await guarded_console.ui.get("/ui/")
     assert response.status_code == 303
 
 
-async def test_the_bearer_token_still_opens_the_admin_api_and_not_without(tmp_path: Path) -> None:
+async def test_the_bearer_token_still_opens_the_admin_api_and_not_without(
+    guarded_console: Console,
+) -> None:
     """A session cookie is the console's: the API still wants the bearer token."""
-    async with console(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as c:
-        await c.post_form("/ui/login", "/ui/login", token=ADMIN_TOKEN)
-        api = await c.ui.get("/api/v1/status")
+    await guarded_console.post_form("/ui/login", "/ui/login", token=ADMIN_TOKEN)
+    api = await guarded_console.ui.get("/api/v1/status")
     assert api.status_code == 401
 
 
 @pytest.mark.parametrize(
     "path", ["/ui/", "/ui/failures", "/ui/login", "/ui/static/console.css", "/ui/nowhere"]
 )
-async def test_every_console_response_has_the_security_headers(tmp_path: Path, path: str) -> None:
+async def test_every_console_response_has_the_security_headers(
+    guarded_console: Console, path: str
+) -> None:
     """CSP without inline script, no framing, no sniffing, no referrer; also on the
     redirect to the login."""
-    async with console(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as c:
-        response = await c.ui.get(path)
+    response = await guarded_console.ui.get(path)
     csp = response.headers["content-security-policy"]
     assert "script-src 'self'" in csp
     assert "unsafe-inline" not in csp
@@ -140,18 +139,16 @@ async def test_every_console_response_has_the_security_headers(tmp_path: Path, p
     assert response.headers["referrer-policy"] == "no-referrer"
 
 
-async def test_pages_are_never_cached_and_static_files_may_be(tmp_path: Path) -> None:
-    async with console(tmp_path) as c:
-        page = await c.ui.get("/ui/rules")
-        css = await c.ui.get("/ui/static/console.css")
+async def test_pages_are_never_cached_and_static_files_may_be(open_console: Console) -> None:
+    page = await open_console.ui.get("/ui/rules")
+    css = await open_console.ui.get("/ui/static/console.css")
     assert page.headers["cache-control"] == "no-store"
     assert "no-store" not in css.headers.get("cache-control", "")
     assert "etag" in css.headers
 
 
-async def test_the_csrf_cookie_is_httponly_and_strict(tmp_path: Path) -> None:
-    async with console(tmp_path) as c:
-        response = await c.ui.get("/ui/sweeps")
+async def test_the_csrf_cookie_is_httponly_and_strict(open_console: Console) -> None:
+    response = await open_console.ui.get("/ui/sweeps")
     cookie = response.headers["set-cookie"]
     assert cookie.startswith(f"{CSRF_COOKIE}=")
     assert "HttpOnly" in cookie
