@@ -17,7 +17,6 @@ still recorded as under way knows it got as far as saving its answer.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.foundation.files import replace_atomically
 from daemon.upstream import Credentials
 
 
@@ -103,22 +103,8 @@ def readable_by_others(path: Path) -> bool:
 
 def write(path: Path, saved: Saved) -> None:
     """Replace the file atomically with `saved`, durable on disk when this returns."""
-    content = dumps(saved)
-    folder = path.parent
     try:
-        # mkstemp creates the file 0600 with O_EXCL: no moment where others can read it.
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(content)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-        _sync_folder(folder)
+        replace_atomically(path, dumps(saved))
     except OSError as exc:
         raise CredentialsFileError(f"cannot write {path}: {exc.strerror}") from None
 
@@ -144,14 +130,6 @@ def merged(found: Credentials, fallback: Credentials) -> Credentials:
     return Credentials(
         found.token, found.username or fallback.username, found.password or fallback.password
     )
-
-
-def _sync_folder(folder: Path) -> None:
-    handle = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
 
 
 def _text(data: dict[str, Any], key: str, where: str, *, required: bool = False) -> str | None:

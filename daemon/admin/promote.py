@@ -8,13 +8,13 @@ kept as `<rules>.bak`, to go back to.
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
+import stat
 from pathlib import Path
 
 import httpx
 
+from daemon.foundation.files import replace_atomically
 from daemon.settings import Settings
 
 
@@ -29,16 +29,9 @@ def replace_rules(shadow: Path, rules: Path) -> Path:
     backup = rules.with_name(rules.name + ".bak")
     if rules.exists():
         shutil.copy2(rules, backup)
-    handle, temporary = tempfile.mkstemp(dir=rules.parent, prefix=f".{rules.name}.")
-    try:
-        with os.fdopen(handle, "wb") as written:
-            written.write(text)
-            written.flush()
-            os.fsync(written.fileno())
-        os.replace(temporary, rules)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    # The new file as readable as the old one was (mkstemp makes it 0600).
+    mode = stat.S_IMODE(rules.stat().st_mode) if rules.exists() else 0o644
+    replace_atomically(rules, text, mode)
     return backup
 
 

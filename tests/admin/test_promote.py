@@ -13,10 +13,11 @@ CANDIDATE = "version: 1\nrules:\n  - {name: loud, match: {workflow: true}, actio
 
 
 async def test_promote_replaces_the_rules_and_the_daemon_reloads_them(tmp_path: Path) -> None:
-    """The daemon's rules in force become the shadow's, and it shadows them no more
-    differently; without --yes nothing changes."""
+    """The daemon's rules in force become the shadow's, the file as readable as it was;
+    without --yes nothing changes."""
     rules, shadow = tmp_path / "rules.yaml", tmp_path / "candidate.yaml"
     rules.write_text(LIVE)
+    rules.chmod(0o644)  # read by a daemon of another user, say: the new file is too
     shadow.write_text(CANDIDATE)
     paths = {"RULES": str(rules), "SHADOW_RULES": str(shadow)}
     async with running_recoveryd(tmp_path, **paths) as daemon:
@@ -33,6 +34,7 @@ async def test_promote_replaces_the_rules_and_the_daemon_reloads_them(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert "the running daemon reloaded them" in done.stdout
     assert rules.read_text() == CANDIDATE
+    assert rules.stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "rules.yaml.bak").read_text() == LIVE
     assert [rule.name for rule in in_force.rules] == ["loud"]
 
