@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import psycopg
-import pytest
 
 from daemon.account.rate import SharedRate
 from daemon.runtime.supervisor import Supervisor
@@ -79,8 +78,6 @@ def calls_made(served: Served) -> float:
     )
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)  # about 55 s alone on a loaded machine; the suite's bound, said
 def test_three_replicas_and_two_restarts_discover_a_silent_limit_once(
     tmp_path: Path, postgres_url: str
 ) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from cryptography.fernet import Fernet
 
 from tests.account.support import RESET
@@ -111,8 +110,6 @@ def leader_of(replicas: list[Served]) -> Served:
     return holding[0]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)  # about 100 s alone on a loaded machine; the suite's bound, said
 def test_three_replicas_share_the_work_and_survive_the_leaders_death(
     tmp_path: Path, postgres_url: str
 ) -> None:
