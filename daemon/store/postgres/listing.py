@@ -104,25 +104,26 @@ SCHEMA = f"""
 """
 
 
-def _mark(name: str) -> str:
+def mark(name: str) -> str:
+    """A statement's placeholder for the parameter `name` (listing.Mark); replay uses it too."""
     return f"%({name})s"
 
 
 async def records(connection: Connection, query: RecordQuery) -> Page:
-    sql, params = listing.records_sql(query, _mark)
+    sql, params = listing.records_sql(query, mark)
     cursor = await connection.execute(sql.encode(), params)
     return listing.record_page(await cursor.fetchall(), query.limit)
 
 
 async def lineage(connection: Connection, dlq_id: str) -> list[dict[str, Any]]:
-    found = await connection.execute(listing.lineage_sql(_mark).encode(), {"dlq_id": dlq_id})
+    found = await connection.execute(listing.lineage_sql(mark).encode(), {"dlq_id": dlq_id})
     return [listing.record_item(row) for row in await found.fetchall()]
 
 
 async def batches(
     connection: Connection, state: str | None, cursor: str | None, limit: int
 ) -> Page:
-    sql, params = listing.batches_sql(state, cursor, limit, _mark)
+    sql, params = listing.batches_sql(state, cursor, limit, mark)
     found = await connection.execute(sql.encode(), params)
     return listing.batch_page(await found.fetchall(), limit, _load)
 

@@ -7,13 +7,10 @@ from typing import Any
 
 from daemon.store import replay
 from daemon.store.postgres.db import Connection
+from daemon.store.postgres.listing import mark
 from daemon.store.records import ReplayRow
 
 SCHEMA = replay.SCHEMA  # migration 7
-
-
-def _mark(name: str) -> str:
-    return f"%({name})s"
 
 
 def _member(name: str) -> str:
@@ -23,12 +20,12 @@ def _member(name: str) -> str:
 async def rows(
     connection: Connection, since: float | None, after: tuple[float, str] | None, limit: int
 ) -> list[ReplayRow]:
-    sql, params = replay.rows_sql(since, after, limit, _mark)
+    sql, params = replay.rows_sql(since, after, limit, mark)
     cursor = await connection.execute(sql.encode(), params)
     return replay.replay_rows(await cursor.fetchall())
 
 
 async def disagreements(connection: Connection, since: float | None) -> list[dict[str, Any]]:
-    sql, params = replay.disagreements_sql(since, _mark, _member)
+    sql, params = replay.disagreements_sql(since, mark, _member)
     cursor = await connection.execute(sql.encode(), params)
     return replay.disagreements(await cursor.fetchall())

@@ -115,24 +115,25 @@ SCHEMA = f"""
 """
 
 
-def _mark(name: str) -> str:
+def mark(name: str) -> str:
+    """A statement's placeholder for the parameter `name` (listing.Mark); replay uses it too."""
     return f":{name}"
 
 
 def records(connection: sqlite3.Connection, query: RecordQuery) -> Page:
-    sql, params = listing.records_sql(query, _mark)
+    sql, params = listing.records_sql(query, mark)
     return listing.record_page(connection.execute(sql, params).fetchall(), query.limit)
 
 
 def lineage(connection: sqlite3.Connection, dlq_id: str) -> list[dict[str, Any]]:
-    rows = connection.execute(listing.lineage_sql(_mark), {"dlq_id": dlq_id}).fetchall()
+    rows = connection.execute(listing.lineage_sql(mark), {"dlq_id": dlq_id}).fetchall()
     return [listing.record_item(row) for row in rows]
 
 
 def batches(
     connection: sqlite3.Connection, state: str | None, cursor: str | None, limit: int
 ) -> Page:
-    sql, params = listing.batches_sql(state, cursor, limit, _mark)
+    sql, params = listing.batches_sql(state, cursor, limit, mark)
     return listing.batch_page(connection.execute(sql, params).fetchall(), limit, _load)
 
 

@@ -8,12 +8,9 @@ from typing import Any
 
 from daemon.store import replay
 from daemon.store.records import ReplayRow
+from daemon.store.sqlite.listing import mark
 
 SCHEMA = replay.SCHEMA  # migration 19
-
-
-def _mark(name: str) -> str:
-    return f":{name}"
 
 
 def _member(name: str) -> str:
@@ -26,10 +23,10 @@ def rows(
     after: tuple[float, str] | None,
     limit: int,
 ) -> list[ReplayRow]:
-    sql, params = replay.rows_sql(since, after, limit, _mark)
+    sql, params = replay.rows_sql(since, after, limit, mark)
     return replay.replay_rows(connection.execute(sql, params).fetchall())
 
 
 def disagreements(connection: sqlite3.Connection, since: float | None) -> list[dict[str, Any]]:
-    sql, params = replay.disagreements_sql(since, _mark, _member)
+    sql, params = replay.disagreements_sql(since, mark, _member)
     return replay.disagreements(connection.execute(sql, params).fetchall())
