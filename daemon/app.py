@@ -120,6 +120,7 @@ async def running(
             wall_clock=wall_clock,
         )  # fmt: skip
         client.on_breaker_change = _breaker_watch(metrics, pipeline.breaker_changed)
+        rotator.on_unlocked = pipeline.service_back
         shared_rate = SharedRate(store, client.limiter, replica, supervisor)
         heartbeat = Heartbeat(
             store, replica, metrics, lease=settings.REPLICA_LEASE, limiter=client.limiter,

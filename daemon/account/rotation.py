@@ -124,6 +124,8 @@ class Rotator:
         self._checking: asyncio.Task[None] | None = None
         self._dlq_retention: float | None = None
         client.on_refused = self.token_refused
+        # Told when a lockout ends (the pipeline makes the work that waited for it due).
+        self.on_unlocked: Callable[[], None] | None = None
         if vault is not None and vault.shared:
             holder.refresh = self.catch_up
 
@@ -256,9 +258,7 @@ class Rotator:
         if not works:
             log.error("the credentials file's new token is refused too; still locked out")
             return
-        self._holder.unlock(credentials_file.merged(saved.credentials, self._holder.current))
-        self._trouble = None
-        self._metrics.token_lockout.set(0)
+        self._unlock(credentials_file.merged(saved.credentials, self._holder.current))
         self.adopt(saved.limits)
         with contextlib.suppress(StoreUnavailable):
             await self._store.resolve_lockout(self._wall_clock())
@@ -275,11 +275,16 @@ class Rotator:
 
     async def _check_refused_token(self) -> None:
         async with self._busy:
+            checked = self._holder.current
             try:
-                works = await self._client.token_works()
+                works = await self._client.token_works(checked)
             except ServiceError:
                 return  # unknown: the next refused call asks again
-            if not works and not self._holder.locked_out:
+            # The answer is about the token sent. Replaced while the check was out (another
+            # replica's rotation, `recoveryd set-token`), the one in hand is not refused:
+            # locked out holding it, the lockout watch (which looks for another) never ends.
+            replaced = self._holder.current.token != checked.token
+            if not works and not replaced and not self._holder.locked_out:
                 self._lock_out(
                     "the service refuses the token and no rotation by recoveryd explains it "
                     "(reset or revoked elsewhere?)"
@@ -410,6 +415,15 @@ class Rotator:
         shared = self._vault is not None and self._vault.shared
         log.error(f"TOKEN LOCKOUT: {reason}. {SHARED_LOCKOUT_HELP if shared else LOCKOUT_HELP}")
 
+    def _unlock(self, credentials: Credentials) -> None:
+        """A token that works ends the lockout: calls go again, and the work refused
+        meanwhile is told (`on_unlocked`), so it goes now rather than at its backoff's end."""
+        self._holder.unlock(credentials)
+        self._trouble = None
+        self._metrics.token_lockout.set(0)
+        if self.on_unlocked is not None:
+            self.on_unlocked()
+
     async def _finish(self, rotation_id: int, result: RotationResult, reason: str | None) -> None:
         now = self._wall_clock()
         self._metrics.rotations[result].inc()
@@ -480,9 +494,7 @@ class Rotator:
             return False
         credentials = credentials_file.merged(saved.credentials, current)
         if self._holder.locked_out:
-            self._holder.unlock(credentials)
-            self._trouble = None
-            self._metrics.token_lockout.set(0)
+            self._unlock(credentials)
         else:
             self._holder.replace(credentials)
         self.adopt(saved.limits)

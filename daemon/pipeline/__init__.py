@@ -117,8 +117,13 @@ class Pipeline:
         order of arrival, paced by the rate limiter. The backoff was the service's, not
         each dlqId's."""
         if state == "closed":
-            self.fetcher.service_back()
-            self.batcher.service_back()
+            self.service_back()
+
+    def service_back(self) -> None:
+        """The service takes calls again (a circuit closed, a token lockout ended): the
+        work that waited for it is due now, not at the end of its backoffs."""
+        self.fetcher.service_back()
+        self.batcher.service_back()
 
     def replicas_gone(self, gone: list[str]) -> None:
         """Replicas were found gone: their leases and batches are anyone's now."""

@@ -13,12 +13,26 @@ from typing import Any
 
 import httpx
 import structlog
+from cryptography.fernet import Fernet
 from prometheus_client.parser import text_string_to_metric_families
 
+from daemon.account.credentials_file import Saved
+from daemon.account.vault import StoreVault
 from daemon.emulator.account import DEFAULT_LIMITS
+from daemon.store import open_store
+from daemon.upstream import Credentials
+from daemon.upstream.client import TOKEN_CHECK_ID
 from tests.account.support import RESET, rotation_settings
 from tests.pipeline.support import RESUME_ALL, Harness, harness
-from tests.support import FAST_ROTATION, PASSWORD, TOKEN, USERNAME, eventually, workflows
+from tests.support import (
+    FAST_ROTATION,
+    FAST_TUNING,
+    PASSWORD,
+    TOKEN,
+    USERNAME,
+    eventually,
+    workflows,
+)
 
 # A read of a dlqId that does not exist: 404 with a token that works, 401 without.
 TOKEN_PROBE = "/v2/dlq/no-such-id"
@@ -197,8 +211,11 @@ async def test_a_reset_that_times_out_after_succeeding_is_a_lockout(tmp_path: Pa
 async def test_a_token_reset_elsewhere_locks_out_after_the_first_refusal(tmp_path: Path) -> None:
     """Someone resets the token in the console: the first refused calls lead to one check,
     then to a lockout, instead of every dead letter spending its tries on 401s. No
-    dlqId is failed for it, and they all go through once the file has the new token."""
-    async with harness(tmp_path, RESUME_ALL, CREDENTIALS_FILE=str(tmp_path / "c.json")) as h:
+    dlqId is failed for it, and they all go through once the file has the new token: at
+    once, not when the backoffs of the refused fetches end (ten minutes here)."""
+    tuning = dataclasses.replace(FAST_TUNING, retry_base=600.0, retry_cap=600.0)
+    file = str(tmp_path / "c.json")
+    async with harness(tmp_path, RESUME_ALL, tuning=tuning, CREDENTIALS_FILE=file) as h:
         reset = await h.control.post(RESET, auth=(USERNAME, PASSWORD))
         assert reset.status_code == 200
         dlq_ids = await h.seed(workflows(30))
@@ -216,6 +233,41 @@ async def test_a_token_reset_elsewhere_locks_out_after_the_first_refusal(tmp_pat
 
         (tmp_path / "c.json").write_text(json.dumps({"token": reset.json()["token"]}))
         assert await h.settled(30) == {"done": 30}
+        assert h.recoveryd.metric("recoveryd_token_lockout") == 0
+
+
+async def test_a_check_answered_after_the_token_changed_locks_nothing_out(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A refused fetch starts a check of the token in hand. While the check waits for
+    its answer (slow here), `recoveryd set-token` seals the console's new token into the
+    store and the replica takes it up: the check's refusal is about the token it sent,
+    not the one now in hand, so no lockout follows, and the work goes through. (Locked
+    out holding a token that works, a replica stayed so: its watch only looks for a
+    token other than the one in hand.)"""
+    key = Fernet.generate_key().decode()
+    timing = dataclasses.replace(FAST_ROTATION, follow=0.1)
+    settings = {"STORE": postgres_url, "CREDENTIALS_KEY": key}
+    async with harness(tmp_path, RESUME_ALL, rotation=timing, **settings) as h:
+        new = (await h.control.post(RESET, auth=(USERNAME, PASSWORD))).json()
+        check = {"kind": "latency", "seconds": 2.0, "paths": [f"/v2/dlq/{TOKEN_CHECK_ID}"]}
+        (await h.control.post("/_emulator/faults", json=check)).raise_for_status()
+        await h.send_callbacks(await h.seed(workflows(3)))
+
+        async def refused() -> bool:
+            return any(call["status"] == 401 for call in await h.journal())
+
+        await eventually(refused, 10, "a refused fetch")
+        await asyncio.sleep(0.3)  # the check is on its way, held 2 s by the service
+        async with open_store(postgres_url) as store:
+            await StoreVault(store, key).write(Saved(Credentials(new["token"])))
+
+        async def checked() -> bool:
+            return any(call["path"] == check["paths"][0] for call in await h.journal())
+
+        await eventually(checked, 10, "the check's answer")
+        assert await h.settled(3) == {"done": 3}
+        assert (await h.status())["token"]["lockedOut"] is False
         assert h.recoveryd.metric("recoveryd_token_lockout") == 0
 
 
