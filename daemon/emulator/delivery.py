@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -44,6 +45,12 @@ class Message:
     workflow: WorkflowRef | None = None
     labels: tuple[str, ...] | None = None
     flow_control_key: str | None = None
+    # A workflow step's delivery carries the run's history; the DLQ keeps the step's own
+    # body, the failure callback's `sourceBody` is the run's initial payload, and the
+    # callback carries the run's failure headers.
+    step_body: bytes | None = None
+    initial_body: bytes | None = None
+    failure_header: HeaderMap = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,9 @@ def dead_letter_seed(message: Message, outcome: Outcome) -> SeedMessage:
         "url": message.url,
         "method": message.method,
         "header": message.header or None,
-        **_body_fields(message.body, "body", "bodyBase64"),
+        **_body_fields(
+            message.body if message.step_body is None else message.step_body, "body", "bodyBase64"
+        ),
         "maxRetries": message.max_retries,
         "notBefore": message.not_before,
         "createdAt": message.created_at,
@@ -184,7 +193,7 @@ def callback_body(
         url=message.url,
         method=message.method,
         sourceHeader=message.header,
-        sourceBody=_b64(message.body),
+        sourceBody=_b64(message.body if message.initial_body is None else message.initial_body),
         notBefore=message.not_before,
         createdAt=message.created_at,
     )
@@ -252,10 +261,19 @@ class Courier:
                 return
         entry = self._dead_letter(dead_letter_seed(message, outcome))
         delivery.state, delivery.dlq_id = "failed", entry.dlq_id
+        payload = callback_body(message, outcome, retried=message.max_retries, dlq_id=entry.dlq_id)
+        extra = [(name, value) for name, vals in message.failure_header.items() for value in vals]
+        failure_calls: list[Coroutine[Any, Any, None]] = []
         if message.failure_callback is not None:
-            retried = message.max_retries
-            payload = callback_body(message, outcome, retried=retried, dlq_id=entry.dlq_id)
-            await self.send_callback("failure", message.failure_callback, message, payload)
+            failure_calls.append(
+                self.send_callback("failure", message.failure_callback, message, payload, extra)
+            )
+        copy = self._config.failure_callback_copy
+        if message.workflow is not None and copy is not None:
+            # A run has one failure URL, usually the app's failure function; recoveryd
+            # hears of the failure through this copy (docs/emulator.md, "Workflow runs").
+            failure_calls.append(self.send_callback("failure", copy, message, payload))
+        await asyncio.gather(*failure_calls)
         delivery.done = True
 
     async def _attempt(self, message: Message, retried: int) -> Outcome:
@@ -268,7 +286,12 @@ class Courier:
         return await self._send(message.method, message.url, headers, message.body)
 
     async def send_callback(
-        self, kind: CallbackKind, url: str, message: Message, payload: dict[str, Any]
+        self,
+        kind: CallbackKind,
+        url: str,
+        message: Message,
+        payload: dict[str, Any],
+        extra: list[tuple[str, str]] | None = None,
     ) -> None:
         """POST a signed JSON callback, retried with the delivery backoff until a 2xx."""
         record = CallbackRecord(kind, url, message.message_id, payload.get("dlqId"))
@@ -278,6 +301,7 @@ class Courier:
             if attempt:
                 await self._sleep(self._config.delivery_retry_delay * 2 ** (attempt - 1))
             headers = [
+                *(extra or []),
                 ("Content-Type", "application/json"),
                 (self._names.signature, self._signature(raw, url)),
             ]
