@@ -17,6 +17,7 @@ from daemon.http.serving import serve
 from tests.emulator.support import (
     BEARER,
     StepApp,
+    failure_block,
     idle,
     init_item,
     verify_signature,
@@ -55,13 +56,26 @@ def config(config: EmulatorConfig) -> EmulatorConfig:
 
 @pytest.fixture
 async def world(config: EmulatorConfig) -> AsyncIterator[World]:
-    async with serve(create_app(config)) as service_url:
-        app = StepApp(service=service_url)
+    """The emulator and a workflow endpoint, each on its own socket; the endpoint's
+    `/callbacks` stands for recoveryd, which gets a copy of every failure callback."""
+    app = StepApp()
+    async with serve(app) as app_url:
+        config = dataclasses.replace(config, failure_callback_copy=f"{app_url}/callbacks")
         async with (
-            serve(app) as app_url,
+            serve(create_app(config)) as service_url,
             httpx.AsyncClient(base_url=service_url, headers=BEARER, timeout=10) as service,
         ):
+            app.service = service_url
             yield World(service, app, f"{app_url}/wf")
+
+
+async def fail_once(world: World) -> dict[str, Any]:
+    """A run whose step 2 fails its one retry: its DLQ message."""
+    world.app.failing = True
+    block = failure_block(world.url, "wfr_one", world.url)
+    await world.trigger(**{"Upstash-Retries": "1", **block})
+    [message] = await world.dlq()
+    return message
 
 
 async def test_init_message_delivers_the_initial_payload_signed(world: World) -> None:
@@ -130,3 +144,94 @@ async def test_plain_publish_lets_the_sdk_start_the_run_itself(world: World) -> 
     assert run["status"] == "completed"
     assert run["workflowRunId"].startswith("wfr_first_")
     assert world.app.ran == {1: 1, 2: 1, 3: 1}
+
+
+async def test_step_out_of_retries_lands_the_run_in_the_dlq(world: World) -> None:
+    """The Init's retries cover every step; the failed step's message is dead-lettered."""
+    message = await fail_once(world)
+    assert world.app.ran == {1: 1, 2: 2}
+    assert (message["workflowRunId"], message["workflowUrl"]) == ("wfr_one", world.url)
+    assert message["maxRetries"] == 1
+    assert json.loads(message["body"])["stepName"] == "step-1"
+    assert (await world.runs())["wfr_one"]["status"] == "failed"
+
+
+async def test_step_own_retries_win_over_the_runs(world: World) -> None:
+    """A step carrying its own `Retries` (the Python SDK's way) is retried that often."""
+    world.app.failing, world.app.retries = True, 0
+    await world.trigger(**{"Upstash-Retries": "2"})
+    assert world.app.ran == {1: 1, 2: 1}
+
+
+async def test_failure_callback_reaches_the_failure_function_as_the_sdks_read_it(
+    world: World,
+) -> None:
+    """Run headers, no SDK version, the failed answer and the initial payload as source."""
+    message = await fail_once(world)
+    [callback] = world.app.failures
+    assert callback.headers["upstash-workflow-failure-callback"] == "true"
+    assert callback.headers["upstash-workflow-runid"] == "wfr_one"
+    assert callback.headers["upstash-workflow-url"] == world.url
+    assert "upstash-workflow-sdk-version" not in callback.headers
+    payload = json.loads(callback.body)
+    assert (payload["status"], payload["url"]) == (500, world.url)
+    assert payload["dlqId"] == message["dlqId"]
+    assert json.loads(base64.b64decode(payload["body"]))["message"] == "step 2 failed"
+    assert base64.b64decode(payload["sourceBody"]).decode() == INITIAL
+    assert payload["workflowRunId"] == "wfr_one"
+    assert isinstance(payload["header"], dict)
+
+
+async def test_failure_callback_copy_goes_to_the_copy_url(world: World) -> None:
+    """recoveryd's copy has the same body as the failure function's callback."""
+    await fail_once(world)
+    [copy] = world.app.copies
+    [callback] = world.app.failures
+    assert json.loads(copy.body) == json.loads(callback.body)
+
+
+async def test_resume_continues_from_the_failed_step(world: World) -> None:
+    """The new run replays step 1 from its history and runs steps 2 and 3."""
+    message = await fail_once(world)
+    world.app.failing = False
+    response = await world.service.post(
+        "/v2/workflows/dlq/resume", params={"dlqIds": message["dlqId"]}
+    )
+    assert response.status_code == 200, response.text
+    [new] = response.json()["workflowRuns"]
+    await idle(world.service)
+    assert world.app.ran == {1: 1, 2: 3, 3: 1}
+    assert (await world.runs())[new["workflowRunId"]]["status"] == "completed"
+    resumed = [
+        d
+        for d in world.app.deliveries
+        if d.headers["upstash-workflow-runid"] == new["workflowRunId"]
+    ]
+    assert [world.app.outputs(d) for d in resumed] == [[1], [1, 2], [1, 2, 3]]
+
+
+async def test_restart_runs_from_the_first_step(world: World) -> None:
+    """The new run starts from the initial payload: step 1 runs again."""
+    message = await fail_once(world)
+    world.app.failing = False
+    response = await world.service.post(f"/v2/workflows/dlq/restart/{message['dlqId']}")
+    assert response.status_code == 200, response.text
+    await idle(world.service)
+    assert world.app.ran == {1: 2, 2: 3, 3: 1}
+    assert (await world.runs())[response.json()["workflowRunId"]]["status"] == "completed"
+
+
+async def test_resume_overrides_apply_to_the_remaining_steps(world: World) -> None:
+    """A later step of the resumed run gets the override's retries, not its own."""
+    world.app.retries = 1  # stamped on every step, as the Python SDK does
+    message = await fail_once(world)
+    world.app.fail_step = 3
+    response = await world.service.post(
+        f"/v2/workflows/dlq/resume/{message['dlqId']}", headers={"Upstash-Retries": "0"}
+    )
+    assert response.status_code == 200, response.text
+    await idle(world.service)
+    assert world.app.ran == {1: 1, 2: 3, 3: 1}
+    [again] = await world.dlq()
+    assert again["maxRetries"] == 0
+    assert again["workflowRunId"] == response.json()["workflowRunId"]
