@@ -13,7 +13,7 @@ from typing import Any, Literal
 import httpx
 
 from daemon.emulator.config import EmulatorConfig
-from daemon.emulator.headers import HeaderMap, HeaderNames, header_map
+from daemon.emulator.headers import HeaderMap, HeaderNames, first_value, header_map
 from daemon.emulator.signing import sign
 from daemon.emulator.state import DlqEntry, SeedMessage, WorkflowRef, random_id
 
@@ -248,7 +248,7 @@ class Courier:
         outcome = Outcome(0, {}, b"", "not attempted")
         for retried in range(message.max_retries + 1):
             if retried:
-                await self._sleep(self._config.delivery_retry_delay * 2 ** (retried - 1))
+                await self._sleep(self._retry_wait(outcome, retried))
             outcome = await self._attempt(message, retried)
             delivery.attempts += 1
             delivery.last_status, delivery.last_error = outcome.status, outcome.error
@@ -259,9 +259,12 @@ class Courier:
             if outcome.ok:
                 delivery.state, delivery.done = "delivered", True
                 return
+            if self._non_retryable(outcome):
+                break
         entry = self._dead_letter(dead_letter_seed(message, outcome))
         delivery.state, delivery.dlq_id = "failed", entry.dlq_id
-        payload = callback_body(message, outcome, retried=message.max_retries, dlq_id=entry.dlq_id)
+        retried = delivery.attempts - 1
+        payload = callback_body(message, outcome, retried=retried, dlq_id=entry.dlq_id)
         extra = [(name, value) for name, vals in message.failure_header.items() for value in vals]
         failure_calls: list[Coroutine[Any, Any, None]] = []
         if message.failure_callback is not None:
@@ -275,6 +278,19 @@ class Courier:
             failure_calls.append(self.send_callback("failure", copy, message, payload))
         await asyncio.gather(*failure_calls)
         delivery.done = True
+
+    def _non_retryable(self, outcome: Outcome) -> bool:
+        """A 489 with `<Prefix>-NonRetryable-Error: true`: the app says retrying is futile."""
+        flag = first_value(outcome.header, self._names.name("NonRetryable-Error"))
+        return outcome.status == 489 and (flag or "").lower() == "true"
+
+    def _retry_wait(self, outcome: Outcome, retried: int) -> float:
+        """Seconds before attempt `retried`: a 429's `Retry-After` (seconds) as the app
+        asked, else the emulator's short backoff, delivery_retry_delay * 2**n."""
+        retry_after = first_value(outcome.header, "Retry-After")
+        if outcome.status == 429 and retry_after is not None and retry_after.strip().isdecimal():
+            return float(retry_after.strip())
+        return float(self._config.delivery_retry_delay * 2 ** (retried - 1))
 
     async def _attempt(self, message: Message, retried: int) -> Outcome:
         headers = [(name, value) for name, values in message.header.items() for value in values]

@@ -121,13 +121,17 @@ class StepApp:
     signature, replays the history, runs the next of `steps` steps and publishes its result
     to the emulator at `service` (step `fail_step` fails while `failing`), ends the run when
     all are done, starts a run itself on a first invocation, and records failure callbacks.
-    `retries`, when set, is stamped on every step it publishes, as the Python SDK does."""
+    `retries`, when set, is stamped on every step it publishes, as the Python SDK does;
+    a failing step answers `fail_status` with `fail_headers` (the JavaScript SDK's 489 and
+    429 answers)."""
 
     service: str = ""
     steps: int = 3
     fail_step: int = 2
     failing: bool = False
     retries: int | None = None
+    fail_status: int = 500
+    fail_headers: dict[str, str] = field(default_factory=dict)
     ran: dict[int, int] = field(default_factory=dict)
     deliveries: list[Received] = field(default_factory=list)
     failures: list[Received] = field(default_factory=list)
@@ -149,13 +153,10 @@ class StepApp:
         pairs = [(k.decode().lower(), v.decode()) for k, v in scope["headers"]]
         request = Received(scope["method"], scope["path"], dict(pairs), body)
         status, answer = await self._handle(request, pairs)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
+        extra = self.fail_headers if status == self.fail_status else {}
+        headers = [(b"content-type", b"application/json")]
+        headers += [(name.encode(), value.encode()) for name, value in extra.items()]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
 
     async def _handle(
@@ -188,7 +189,8 @@ class StepApp:
             number = len(done) + 1
             self.ran[number] = self.ran.get(number, 0) + 1
             if number == self.fail_step and self.failing:
-                return 500, {"error": "RuntimeError", "message": f"step {number} failed"}
+                failed = {"error": "RuntimeError", "message": f"step {number} failed"}
+                return self.fail_status, failed
             step = {"stepId": number, "stepName": f"step-{number}", "stepType": "Run",
                     "out": json.dumps(number), "concurrent": 1}  # fmt: skip
             header = self._step_headers(run_id, url, request)

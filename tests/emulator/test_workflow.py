@@ -3,6 +3,7 @@ delivered with the run's history, the next published back, failures, resume and 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -31,6 +32,7 @@ class World:
     service: httpx.AsyncClient
     app: StepApp
     url: str  # the workflow endpoint
+    waits: list[float]  # every wait the emulator asked for, in seconds
 
     async def trigger(self, run_id: str = "wfr_one", **headers: str) -> list[dict[str, Any]]:
         item = init_item(self.url, run_id, INITIAL, **headers)
@@ -59,14 +61,20 @@ async def world(config: EmulatorConfig) -> AsyncIterator[World]:
     """The emulator and a workflow endpoint, each on its own socket; the endpoint's
     `/callbacks` stands for recoveryd, which gets a copy of every failure callback."""
     app = StepApp()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # recorded, and kept short
+        waits.append(seconds)
+        await asyncio.sleep(min(seconds, 0.01))
+
     async with serve(app) as app_url:
         config = dataclasses.replace(config, failure_callback_copy=f"{app_url}/callbacks")
         async with (
-            serve(create_app(config)) as service_url,
+            serve(create_app(config, sleep=sleep)) as service_url,
             httpx.AsyncClient(base_url=service_url, headers=BEARER, timeout=10) as service,
         ):
             app.service = service_url
-            yield World(service, app, f"{app_url}/wf")
+            yield World(service, app, f"{app_url}/wf", waits)
 
 
 async def fail_once(world: World) -> dict[str, Any]:
@@ -235,3 +243,21 @@ async def test_resume_overrides_apply_to_the_remaining_steps(world: World) -> No
     [again] = await world.dlq()
     assert again["maxRetries"] == 0
     assert again["workflowRunId"] == response.json()["workflowRunId"]
+
+
+async def test_non_retryable_answer_skips_the_remaining_retries(world: World) -> None:
+    """489 with `NonRetryable-Error` (the JavaScript SDK's) dead-letters the step at once."""
+    world.app.fail_status, world.app.fail_headers = 489, {"Upstash-NonRetryable-Error": "true"}
+    message = await fail_once(world)
+    assert world.app.ran == {1: 1, 2: 1}
+    assert message["responseStatus"] == 489
+    [callback] = world.app.failures
+    assert json.loads(callback.body)["retried"] == 0
+
+
+async def test_retry_after_answer_sets_the_wait_before_the_retry(world: World) -> None:
+    """429 with `Retry-After` (the JavaScript SDK's retry-after error) is waited out."""
+    world.app.fail_status, world.app.fail_headers = 429, {"Retry-After": "7"}
+    await fail_once(world)
+    assert world.app.ran == {1: 1, 2: 2}
+    assert 7.0 in world.waits
