@@ -414,11 +414,15 @@ class Emulator:
     # The workflow protocol: messages published by apps (`/v2/batch`, `/v2/publish`).
 
     def accept(self, messages: list[Inbound]) -> list[dict[str, Any]]:
-        """Take published messages and start their deliveries; the answer of each."""
-        return [self._accept(message) for message in messages]
+        """Take published messages and start their deliveries; the answer of each. The
+        headers of all are checked first: a malformed one (400) takes none of them."""
+        waits = []
+        for message in messages:
+            self.protocol.settings(message.header)
+            waits.append(self.protocol.wait_seconds(message.header, self.clock()))
+        return [self._accept(message, wait) for message, wait in zip(messages, waits, strict=True)]
 
-    def _accept(self, message: Inbound) -> dict[str, Any]:
-        wait = self.protocol.wait_seconds(message.header, self.clock())
+    def _accept(self, message: Inbound, wait: float) -> dict[str, Any]:
         run_id = self.protocol.run_id(message)
         message_id = "msg_" + random_id()
         answer = {"messageId": message_id, "url": message.destination, "deduplicated": False}

@@ -261,3 +261,35 @@ async def test_retry_after_answer_sets_the_wait_before_the_retry(world: World) -
     await fail_once(world)
     assert world.app.ran == {1: 1, 2: 2}
     assert 7.0 in world.waits
+
+
+async def test_batch_with_a_malformed_message_starts_nothing(world: World) -> None:
+    """400 naming the header, and the well-formed message before it is not taken either."""
+    good = init_item(world.url, "wfr_good", INITIAL)
+    bad = init_item(world.url, "wfr_bad", INITIAL, **{"Upstash-Retries": "many"})
+    response = await world.service.post("/v2/batch", json=[good, bad])
+    assert response.status_code == 400
+    assert "Upstash-Retries" in response.json()["error"]
+    await idle(world.service)
+    assert await world.runs() == {}
+    assert world.app.deliveries == []
+
+
+async def test_sleep_step_is_delivered_after_its_delay(world: World) -> None:
+    """A step published with `Delay` waits (capped at max_delay_seconds) before delivery."""
+    item = init_item(world.url, "wfr_one", INITIAL, **{"Upstash-Delay": "10s"})
+    response = await world.service.post("/v2/batch", json=[item])
+    assert response.status_code == 200, response.text
+    await idle(world.service)
+    assert world.waits == [0.01]
+    assert (await world.runs())["wfr_one"]["status"] == "completed"
+
+
+async def test_run_labels_reach_its_steps_and_its_dead_letter(world: World) -> None:
+    """The Init's `Label` is on every delivery and on the DLQ message."""
+    world.app.failing = True
+    await world.trigger(**{"Upstash-Label": "billing", "Upstash-Retries": "0"})
+    assert [d.headers["upstash-label"] for d in world.app.deliveries] == ["billing"] * 2
+    [message] = await world.dlq()
+    wire = (await world.service.get(f"/v2/dlq/{message['dlqId']}")).json()
+    assert (wire["labels"], wire["label"]) == (["billing"], "billing")
