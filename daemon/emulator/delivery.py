@@ -15,7 +15,13 @@ import httpx
 from daemon.emulator.config import EmulatorConfig
 from daemon.emulator.headers import HeaderMap, HeaderNames, first_value, header_map
 from daemon.emulator.signing import sign
-from daemon.emulator.state import DlqEntry, SeedMessage, WorkflowRef, random_id
+from daemon.emulator.state import (
+    DlqEntry,
+    FailureFunctionState,
+    SeedMessage,
+    WorkflowRef,
+    random_id,
+)
 
 DeliveryState = Literal["pending", "delivering", "delivered", "failed"]
 CallbackKind = Literal["failure", "callback"]
@@ -219,6 +225,7 @@ class Courier:
         *,
         client: Callable[[], httpx.AsyncClient],
         dead_letter: Callable[[SeedMessage], DlqEntry],
+        failure_state: Callable[[str, FailureFunctionState], None],
         spawn: Spawn,
         sleep: Sleep,
     ) -> None:
@@ -226,6 +233,7 @@ class Courier:
         self._names = HeaderNames(config.header_prefix)
         self._client = client
         self._dead_letter = dead_letter
+        self._failure_state = failure_state
         self._spawn = spawn
         self._sleep = sleep
         self.deliveries: dict[str, Delivery] = {}
@@ -268,9 +276,8 @@ class Courier:
         extra = [(name, value) for name, vals in message.failure_header.items() for value in vals]
         failure_calls: list[Coroutine[Any, Any, None]] = []
         if message.failure_callback is not None:
-            failure_calls.append(
-                self.send_callback("failure", message.failure_callback, message, payload, extra)
-            )
+            url = message.failure_callback
+            failure_calls.append(self._failure_function(url, message, payload, extra))
         copy = self._config.failure_callback_copy
         if message.workflow is not None and copy is not None:
             # A run has one failure URL, usually the app's failure function; recoveryd
@@ -278,6 +285,19 @@ class Courier:
             failure_calls.append(self.send_callback("failure", copy, message, payload))
         await asyncio.gather(*failure_calls)
         delivery.done = True
+
+    async def _failure_function(
+        self, url: str, message: Message, payload: dict[str, Any], extra: list[tuple[str, str]]
+    ) -> None:
+        """The failure callback; for a workflow run's dead letter its outcome becomes the
+        entry's failureFunctionState, as the service's listings show it."""
+        dlq_id = str(payload["dlqId"])
+        if message.workflow is not None:
+            self._failure_state(dlq_id, "CALLBACK_INPROGRESS")
+        record = await self._send_callback("failure", url, message, payload, extra)
+        if message.workflow is not None:
+            delivered = record.state == "delivered"
+            self._failure_state(dlq_id, "CALLBACK_SUCCESS" if delivered else "CALLBACK_FAIL")
 
     def _non_retryable(self, outcome: Outcome) -> bool:
         """A 489 with `<Prefix>-NonRetryable-Error: true`: the app says retrying is futile."""
@@ -310,6 +330,16 @@ class Courier:
         extra: list[tuple[str, str]] | None = None,
     ) -> None:
         """POST a signed JSON callback, retried with the delivery backoff until a 2xx."""
+        await self._send_callback(kind, url, message, payload, extra)
+
+    async def _send_callback(
+        self,
+        kind: CallbackKind,
+        url: str,
+        message: Message,
+        payload: dict[str, Any],
+        extra: list[tuple[str, str]] | None = None,
+    ) -> CallbackRecord:
         record = CallbackRecord(kind, url, message.message_id, payload.get("dlqId"))
         self.callbacks.append(record)
         raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")
@@ -325,8 +355,9 @@ class Courier:
             record.attempts, record.status = record.attempts + 1, outcome.status
             if outcome.ok:
                 record.state = "delivered"
-                return
+                return record
         record.state = "failed"
+        return record
 
     def _signature(self, body: bytes, url: str) -> str:
         return sign(

@@ -26,6 +26,7 @@ from daemon.emulator.overrides import Overrides, is_http_url
 from daemon.emulator.ratelimit import Announce, BurstLimit, Counting, DailyBudget
 from daemon.emulator.state import (
     DlqEntry,
+    FailureFunctionState,
     Run,
     RunMode,
     SeedMessage,
@@ -133,6 +134,7 @@ class Emulator:
             config,
             client=self.http_client,
             dead_letter=self._dead_letter,
+            failure_state=self._failure_state,
             spawn=self.background.spawn,
             sleep=sleep,
         )
@@ -258,6 +260,13 @@ class Emulator:
         if run is not None and run.status == "running":
             run.status = "failed"
         return entry
+
+    def _failure_state(self, dlq_id: str, state: FailureFunctionState) -> None:
+        """Record how a dead letter's failure function took its callback (if still there)."""
+        entry = self.store.dlq.get(dlq_id)
+        if entry is not None and entry.workflow is not None:
+            workflow = replace(entry.workflow, failure_function_state=state)
+            self.store.dlq[dlq_id] = replace(entry, workflow=workflow)
 
     def delete(self, dlq_id: str) -> None:
         """Take one message out of the DLQ (QStash's `DELETE /v2/dlq/{dlqId}`)."""

@@ -132,6 +132,7 @@ class StepApp:
     retries: int | None = None
     fail_status: int = 500
     fail_headers: dict[str, str] = field(default_factory=dict)
+    failure_status: int = 200  # what its failure function answers
     ran: dict[int, int] = field(default_factory=dict)
     deliveries: list[Received] = field(default_factory=list)
     failures: list[Received] = field(default_factory=list)
@@ -168,7 +169,7 @@ class StepApp:
             return 200, {}
         if request.headers.get("upstash-workflow-is-failure") == "true":
             self.failures.append(request)
-            return 200, {"workflowRunId": "wfr_failure"}
+            return self.failure_status, {"workflowRunId": "wfr_failure"}
         url = f"http://{request.headers['host']}{request.path}"
         if "upstash-workflow-sdk-version" not in request.headers:
             return await self._first_invocation(url, request)

@@ -293,3 +293,14 @@ async def test_run_labels_reach_its_steps_and_its_dead_letter(world: World) -> N
     [message] = await world.dlq()
     wire = (await world.service.get(f"/v2/dlq/{message['dlqId']}")).json()
     assert (wire["labels"], wire["label"]) == (["billing"], "billing")
+
+
+@pytest.mark.parametrize(("answer", "state"), [(200, "CALLBACK_SUCCESS"), (500, "CALLBACK_FAIL")])
+async def test_failure_function_outcome_is_the_dead_letters_state(
+    world: World, answer: int, state: str
+) -> None:
+    """The failed run's listing says whether its failure function took the callback."""
+    world.app.failure_status = answer
+    await fail_once(world)
+    [listed] = (await world.service.get("/v2/workflows/dlq")).json()["messages"]
+    assert listed["failureFunctionState"] == state
