@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import cast, get_args
 
+from daemon.emulator.overrides import is_http_url
 from daemon.emulator.ratelimit import Announce, Counting
 from daemon.foundation.variables import misspelt
 from daemon.foundation.words import either, with_guess
@@ -59,6 +60,9 @@ class EmulatorConfig:
     # A bulk call naming a dlqId not in the DLQ is refused with 400 (a stricter service);
     # off, such dlqIds are skipped silently (QStash).
     refuse_gone_dlq_ids: bool = False
+    # Where a copy of every workflow run's failure callback goes besides the run's own
+    # failure URL (the app's failure function): recoveryd's `/callbacks` for `dev --app`.
+    failure_callback_copy: str | None = None
     generated: frozenset[str] = field(default=frozenset(), init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -80,6 +84,8 @@ class EmulatorConfig:
         for name in ("delivery_retry_delay", "delivery_timeout", "max_delay_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+        if self.failure_callback_copy is not None and not is_http_url(self.failure_callback_copy):
+            raise ValueError("failure_callback_copy must be an absolute http(s) URL")
         if self.callback_retries < 0:
             raise ValueError("callback_retries must not be negative")
         for name, allowed in (("rate_limit_headers", Announce), ("rate_limit_window", Counting)):
@@ -127,6 +133,10 @@ class EmulatorConfig:
             "EMULATOR_REFUSE_GONE_DLQ_IDS", "false", lambda value: value.lower() in _SWITCH,
             "true or false",
         ).lower() == "true"  # fmt: skip
+        copy = checked(
+            "EMULATOR_FAILURE_CALLBACK_COPY", "", lambda value: not value or is_http_url(value),
+            "an absolute http(s) URL",
+        )  # fmt: skip
         announce = one_of("EMULATOR_RATE_LIMIT_HEADERS", get_args(Announce))
         window = one_of("EMULATOR_RATE_LIMIT_WINDOW", get_args(Counting))
         if problems:
@@ -141,6 +151,7 @@ class EmulatorConfig:
             max_requests_per_second=per_second,
             max_requests_per_day=per_day,
             refuse_gone_dlq_ids=refuse_gone,
+            failure_callback_copy=copy or None,
             rate_limit_headers=cast(Announce, announce),
             rate_limit_window=cast(Counting, window),
         )
@@ -154,7 +165,7 @@ class EmulatorSettingsError(ValueError):
 _VARIABLES = (
     "TOKEN", "USERNAME", "PASSWORD", "SIGNING_KEY_CURRENT", "SIGNING_KEY_NEXT", "HEADER_PREFIX",
     "MAX_RPS", "MAX_REQUESTS_PER_DAY", "REFUSE_GONE_DLQ_IDS", "RATE_LIMIT_HEADERS",
-    "RATE_LIMIT_WINDOW",
+    "RATE_LIMIT_WINDOW", "FAILURE_CALLBACK_COPY",
 )  # fmt: skip
 _SWITCH = ("false", "true")
 

@@ -17,6 +17,10 @@ Lists are answered as plain JSON arrays.
   `workflowCreatedAt`, `mode`, `sourceDlqId`, `previousWorkflowRunId`, `workflowUrl`,
   `overrides`, `rawHeaders`, `retries`, `failureCallback`, `labels`, `delaySeconds`,
   `status` pending|delivering|succeeded|failed, `deliveryId`, `resultDlqId`).
+* `GET /_emulator/workflows` -> `[run, ...]`: the runs of the workflow protocol, started by
+  an Init message or by resume/restart (`workflowRunId`, `workflowUrl`,
+  `workflowCreatedAt`, `status` running|completed|cancelled|failed, `steps` taken,
+  `sourceDlqId`).
 * `POST /_emulator/faults` `FaultSpec` -> the armed faults; `GET` lists them; `DELETE` clears.
   `{"kind", "times": 1, "paths": [], ...}`, kinds `status` (`status`: 503, `retryAfter`?),
   `latency` (`seconds`: 0.5), `drop`, `rate_limit` (`limit`?, `retryAfter`?, `headers`: true;
@@ -147,6 +151,11 @@ async def clear_journal(emulator: EmulatorDep) -> JSONResponse:
 @control.get("/runs")
 async def list_runs(emulator: EmulatorDep) -> JSONResponse:
     return JSONResponse([run.to_json() for run in emulator.store.runs])
+
+
+@control.get("/workflows")
+async def list_workflow_runs(emulator: EmulatorDep) -> JSONResponse:
+    return JSONResponse([run.to_json() for run in emulator.workflows.values()])
 
 
 @control.post("/faults")

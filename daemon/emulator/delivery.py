@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -12,9 +13,15 @@ from typing import Any, Literal
 import httpx
 
 from daemon.emulator.config import EmulatorConfig
-from daemon.emulator.headers import HeaderMap, HeaderNames, header_map
+from daemon.emulator.headers import HeaderMap, HeaderNames, first_value, header_map
 from daemon.emulator.signing import sign
-from daemon.emulator.state import DlqEntry, SeedMessage, WorkflowRef, random_id
+from daemon.emulator.state import (
+    DlqEntry,
+    FailureFunctionState,
+    SeedMessage,
+    WorkflowRef,
+    random_id,
+)
 
 DeliveryState = Literal["pending", "delivering", "delivered", "failed"]
 CallbackKind = Literal["failure", "callback"]
@@ -44,6 +51,12 @@ class Message:
     workflow: WorkflowRef | None = None
     labels: tuple[str, ...] | None = None
     flow_control_key: str | None = None
+    # A workflow step's delivery carries the run's history; the DLQ keeps the step's own
+    # body, the failure callback's `sourceBody` is the run's initial payload, and the
+    # callback carries the run's failure headers.
+    step_body: bytes | None = None
+    initial_body: bytes | None = None
+    failure_header: HeaderMap = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,7 +156,9 @@ def dead_letter_seed(message: Message, outcome: Outcome) -> SeedMessage:
         "url": message.url,
         "method": message.method,
         "header": message.header or None,
-        **_body_fields(message.body, "body", "bodyBase64"),
+        **_body_fields(
+            message.body if message.step_body is None else message.step_body, "body", "bodyBase64"
+        ),
         "maxRetries": message.max_retries,
         "notBefore": message.not_before,
         "createdAt": message.created_at,
@@ -184,7 +199,7 @@ def callback_body(
         url=message.url,
         method=message.method,
         sourceHeader=message.header,
-        sourceBody=_b64(message.body),
+        sourceBody=_b64(message.body if message.initial_body is None else message.initial_body),
         notBefore=message.not_before,
         createdAt=message.created_at,
     )
@@ -210,6 +225,7 @@ class Courier:
         *,
         client: Callable[[], httpx.AsyncClient],
         dead_letter: Callable[[SeedMessage], DlqEntry],
+        failure_state: Callable[[str, FailureFunctionState], None],
         spawn: Spawn,
         sleep: Sleep,
     ) -> None:
@@ -217,6 +233,7 @@ class Courier:
         self._names = HeaderNames(config.header_prefix)
         self._client = client
         self._dead_letter = dead_letter
+        self._failure_state = failure_state
         self._spawn = spawn
         self._sleep = sleep
         self.deliveries: dict[str, Delivery] = {}
@@ -239,7 +256,7 @@ class Courier:
         outcome = Outcome(0, {}, b"", "not attempted")
         for retried in range(message.max_retries + 1):
             if retried:
-                await self._sleep(self._config.delivery_retry_delay * 2 ** (retried - 1))
+                await self._sleep(self._retry_wait(outcome, retried))
             outcome = await self._attempt(message, retried)
             delivery.attempts += 1
             delivery.last_status, delivery.last_error = outcome.status, outcome.error
@@ -250,13 +267,50 @@ class Courier:
             if outcome.ok:
                 delivery.state, delivery.done = "delivered", True
                 return
+            if self._non_retryable(outcome):
+                break
         entry = self._dead_letter(dead_letter_seed(message, outcome))
         delivery.state, delivery.dlq_id = "failed", entry.dlq_id
+        retried = delivery.attempts - 1
+        payload = callback_body(message, outcome, retried=retried, dlq_id=entry.dlq_id)
+        extra = [(name, value) for name, vals in message.failure_header.items() for value in vals]
+        failure_calls: list[Coroutine[Any, Any, None]] = []
         if message.failure_callback is not None:
-            retried = message.max_retries
-            payload = callback_body(message, outcome, retried=retried, dlq_id=entry.dlq_id)
-            await self.send_callback("failure", message.failure_callback, message, payload)
+            url = message.failure_callback
+            failure_calls.append(self._failure_function(url, message, payload, extra))
+        copy = self._config.failure_callback_copy
+        if message.workflow is not None and copy is not None:
+            # A run has one failure URL, usually the app's failure function; recoveryd
+            # hears of the failure through this copy (docs/emulator.md, "Workflow runs").
+            failure_calls.append(self.send_callback("failure", copy, message, payload))
+        await asyncio.gather(*failure_calls)
         delivery.done = True
+
+    async def _failure_function(
+        self, url: str, message: Message, payload: dict[str, Any], extra: list[tuple[str, str]]
+    ) -> None:
+        """The failure callback; for a workflow run's dead letter its outcome becomes the
+        entry's failureFunctionState, as the service's listings show it."""
+        dlq_id = str(payload["dlqId"])
+        if message.workflow is not None:
+            self._failure_state(dlq_id, "CALLBACK_INPROGRESS")
+        record = await self._send_callback("failure", url, message, payload, extra)
+        if message.workflow is not None:
+            delivered = record.state == "delivered"
+            self._failure_state(dlq_id, "CALLBACK_SUCCESS" if delivered else "CALLBACK_FAIL")
+
+    def _non_retryable(self, outcome: Outcome) -> bool:
+        """A 489 with `<Prefix>-NonRetryable-Error: true`: the app says retrying is futile."""
+        flag = first_value(outcome.header, self._names.name("NonRetryable-Error"))
+        return outcome.status == 489 and (flag or "").lower() == "true"
+
+    def _retry_wait(self, outcome: Outcome, retried: int) -> float:
+        """Seconds before attempt `retried`: a 429's `Retry-After` (seconds) as the app
+        asked, else the emulator's short backoff, delivery_retry_delay * 2**n."""
+        retry_after = first_value(outcome.header, "Retry-After")
+        if outcome.status == 429 and retry_after is not None and retry_after.strip().isdecimal():
+            return float(retry_after.strip())
+        return float(self._config.delivery_retry_delay * 2 ** (retried - 1))
 
     async def _attempt(self, message: Message, retried: int) -> Outcome:
         headers = [(name, value) for name, values in message.header.items() for value in values]
@@ -268,9 +322,24 @@ class Courier:
         return await self._send(message.method, message.url, headers, message.body)
 
     async def send_callback(
-        self, kind: CallbackKind, url: str, message: Message, payload: dict[str, Any]
+        self,
+        kind: CallbackKind,
+        url: str,
+        message: Message,
+        payload: dict[str, Any],
+        extra: list[tuple[str, str]] | None = None,
     ) -> None:
         """POST a signed JSON callback, retried with the delivery backoff until a 2xx."""
+        await self._send_callback(kind, url, message, payload, extra)
+
+    async def _send_callback(
+        self,
+        kind: CallbackKind,
+        url: str,
+        message: Message,
+        payload: dict[str, Any],
+        extra: list[tuple[str, str]] | None = None,
+    ) -> CallbackRecord:
         record = CallbackRecord(kind, url, message.message_id, payload.get("dlqId"))
         self.callbacks.append(record)
         raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")
@@ -278,6 +347,7 @@ class Courier:
             if attempt:
                 await self._sleep(self._config.delivery_retry_delay * 2 ** (attempt - 1))
             headers = [
+                *(extra or []),
                 ("Content-Type", "application/json"),
                 (self._names.signature, self._signature(raw, url)),
             ]
@@ -285,8 +355,9 @@ class Courier:
             record.attempts, record.status = record.attempts + 1, outcome.status
             if outcome.ok:
                 record.state = "delivered"
-                return
+                return record
         record.state = "failed"
+        return record
 
     def _signature(self, body: bytes, url: str) -> str:
         return sign(

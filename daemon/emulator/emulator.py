@@ -7,6 +7,7 @@ import base64
 import binascii
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -25,6 +26,7 @@ from daemon.emulator.overrides import Overrides, is_http_url
 from daemon.emulator.ratelimit import Announce, BurstLimit, Counting, DailyBudget
 from daemon.emulator.state import (
     DlqEntry,
+    FailureFunctionState,
     Run,
     RunMode,
     SeedMessage,
@@ -34,6 +36,7 @@ from daemon.emulator.state import (
     random_id,
 )
 from daemon.emulator.tasks import Background
+from daemon.emulator.workflow import DEFAULT_RETRIES, Inbound, Protocol, Settings, Step, WorkflowRun
 
 # The most messages one bulk delete takes out, as the SDKs' default `count` is.
 MAX_DELETED = 100
@@ -107,6 +110,8 @@ class Emulator:
         self.clock = clock
         self.sleep = sleep
         self.names = HeaderNames(config.header_prefix)
+        self.protocol = Protocol(self.names)
+        self.workflows: dict[str, WorkflowRun] = {}  # the runs of the workflow protocol
         self.account = self._new_account()
         self.store = Store()
         self.journal = Journal()
@@ -129,6 +134,7 @@ class Emulator:
             config,
             client=self.http_client,
             dead_letter=self._dead_letter,
+            failure_state=self._failure_state,
             spawn=self.background.spawn,
             sleep=sleep,
         )
@@ -201,6 +207,7 @@ class Emulator:
         """Back to a fresh start with the same config (initial credentials and limit too)."""
         await self.background.cancel()
         self.store.clear()
+        self.workflows.clear()
         self.journal.clear()
         self.faults.clear()
         self.outage.clear()
@@ -249,7 +256,17 @@ class Emulator:
 
     def _dead_letter(self, seed: SeedMessage) -> DlqEntry:
         [entry] = self.seed([seed])
+        run = self.workflows.get(seed.workflowRunId or "")
+        if run is not None and run.status == "running":
+            run.status = "failed"
         return entry
+
+    def _failure_state(self, dlq_id: str, state: FailureFunctionState) -> None:
+        """Record how a dead letter's failure function took its callback (if still there)."""
+        entry = self.store.dlq.get(dlq_id)
+        if entry is not None and entry.workflow is not None:
+            workflow = replace(entry.workflow, failure_function_state=state)
+            self.store.dlq[dlq_id] = replace(entry, workflow=workflow)
 
     def delete(self, dlq_id: str) -> None:
         """Take one message out of the DLQ (QStash's `DELETE /v2/dlq/{dlqId}`)."""
@@ -297,7 +314,11 @@ class Emulator:
 
     def _start_run(self, entry: DlqEntry, mode: RunMode, overrides: Overrides, now: int) -> Run:
         del self.store.dlq[entry.dlq_id]
-        run, message = self._new_run(entry, mode, overrides, now)
+        source = self._protocol_run(entry)
+        if source is None:
+            run, message = self._new_run(entry, mode, overrides, now)
+        else:
+            run, message = self._continue_run(source, entry, mode, overrides, now)
         delivery = self.courier.register(message)
         run.delivery_id = delivery.id
         self.store.runs.append(run)
@@ -347,6 +368,50 @@ class Emulator:
         )
         return run, message
 
+    def _protocol_run(self, entry: DlqEntry) -> WorkflowRun | None:
+        """The protocol run whose step `entry` is, or None (a seeded or plain entry)."""
+        if entry.workflow is None:
+            return None
+        run = self.workflows.get(entry.workflow.run_id)
+        if run is None or run.index_of(str(entry.message["messageId"])) is None:
+            return None
+        return run
+
+    def _continue_run(
+        self, source: WorkflowRun, entry: DlqEntry, mode: RunMode, overrides: Overrides, now: int
+    ) -> tuple[Run, Message]:
+        """A new protocol run from a dead letter of `source`: for resume, its history up to
+        the failed step, which is delivered again; for restart, its initial payload only."""
+        failed = source.index_of(str(entry.message["messageId"]))
+        upto = failed if mode == "resume" and failed is not None else 0
+        history = list(source.history[: upto + 1])
+        history[upto] = replace(history[upto], message_id="msg_" + random_id())
+        new = WorkflowRun(
+            run_id="wfr_" + random_id(),
+            url=source.url,
+            created_at=now,
+            settings=source.settings,
+            history=history,
+            overrides=Settings.of_overrides(overrides),
+            source_dlq_id=entry.dlq_id,
+        )
+        self.workflows[new.run_id] = new
+        message = self._step_message(new, upto)
+        run = Run(
+            workflow_run_id=new.run_id,
+            workflow_created_at=now,
+            mode=mode,
+            source_dlq_id=entry.dlq_id,
+            previous_workflow_run_id=source.run_id,
+            workflow_url=new.url,
+            overrides=overrides,
+            retries=message.max_retries,
+            failure_callback=message.failure_callback,
+            labels=message.labels or (),
+            delay_seconds=overrides.delay_seconds,
+        )
+        return run, message
+
     async def _execute(self, run: Run, delivery: Delivery) -> None:
         if run.delay_seconds > 0:
             await self.sleep(min(run.delay_seconds, self.config.max_delay_seconds))
@@ -354,6 +419,106 @@ class Emulator:
         await self.courier.deliver(delivery)
         run.status = "succeeded" if delivery.state == "delivered" else "failed"
         run.result_dlq_id = delivery.dlq_id
+
+    # The workflow protocol: messages published by apps (`/v2/batch`, `/v2/publish`).
+
+    def accept(self, messages: list[Inbound]) -> list[dict[str, Any]]:
+        """Take published messages and start their deliveries; the answer of each. The
+        headers of all are checked first: a malformed one (400) takes none of them."""
+        waits = []
+        for message in messages:
+            self.protocol.settings(message.header)
+            waits.append(self.protocol.wait_seconds(message.header, self.clock()))
+        return [self._accept(message, wait) for message, wait in zip(messages, waits, strict=True)]
+
+    def _accept(self, message: Inbound, wait: float) -> dict[str, Any]:
+        run_id = self.protocol.run_id(message)
+        message_id = "msg_" + random_id()
+        answer = {"messageId": message_id, "url": message.destination, "deduplicated": False}
+        step = Step(message_id, message.destination, message.header, message.body)
+        if run_id is None:
+            self._deliver(self._plain_message(step), wait)
+            return answer
+        run = self.workflows.get(run_id)
+        if self.protocol.is_init(message):
+            if run is not None:  # the SDKs read this as "the run already exists"
+                return {**answer, "deduplicated": True}
+            url = self.protocol.get(message.header, "Workflow-Url") or message.destination
+            settings = self.protocol.settings(message.header)
+            run = WorkflowRun(run_id, url, self.now_ms(), settings, [step])
+            self.workflows[run_id] = run
+        elif run is None or run.status != "running":
+            # The SDKs take a 400 for "the run has ended or was cancelled".
+            state = "not found" if run is None else run.status
+            raise BadRequest(f"workflow run {run_id} is {state}")
+        else:
+            run.history.append(step)
+        self._deliver(self._step_message(run, len(run.history) - 1), wait)
+        return answer
+
+    def end_run(self, run_id: str, *, cancel: bool) -> None:
+        """The SDK's end of a run (`DELETE /v2/workflows/runs/{id}`); 404 for an unknown one."""
+        run = self.workflows.get(run_id)
+        if run is None:
+            raise NotFound(f"workflow run {run_id} not found")
+        if run.status == "running":
+            run.status = "cancelled" if cancel else "completed"
+
+    def _plain_message(self, step: Step) -> Message:
+        inbound = Inbound(step.destination, step.header, step.body)
+        settings = self.protocol.settings(step.header)
+        return Message(
+            message_id=step.message_id,
+            url=step.destination,
+            method=self.protocol.get(step.header, "Method") or "POST",
+            header=self.protocol.delivery_header(inbound, None),
+            body=step.body,
+            max_retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,
+            created_at=self.now_ms(),
+            caller_ip="127.0.0.1",
+            callback=self.protocol.get(step.header, "Callback"),
+            failure_callback=settings.failure_callback,
+            failure_header=settings.failure_header or {},
+            labels=settings.labels or None,
+            flow_control_key=settings.flow_control_key,
+        )
+
+    def _step_message(self, run: WorkflowRun, index: int) -> Message:
+        """The delivery of history entry `index` of `run`: the history up to it as body,
+        with the overrides over the step's own settings over the run's."""
+        step = run.history[index]
+        settings = run.overrides.over(self.protocol.settings(step.header).over(run.settings))
+        inbound = Inbound(step.destination, step.header, step.body)
+        header = self.protocol.delivery_header(inbound, run)
+        if settings.labels:
+            header[self.names.label] = [",".join(settings.labels)]
+        return Message(
+            message_id=step.message_id,
+            url=step.destination,
+            method=self.protocol.get(step.header, "Method") or "POST",
+            header=header,
+            body=run.history_body(index),
+            max_retries=DEFAULT_RETRIES if settings.retries is None else settings.retries,
+            created_at=self.now_ms(),
+            caller_ip="127.0.0.1",
+            failure_callback=settings.failure_callback,
+            workflow=WorkflowRef(run.run_id, run.url, run.created_at),
+            labels=settings.labels or None,
+            flow_control_key=settings.flow_control_key,
+            step_body=step.body,
+            initial_body=run.initial_body,
+            failure_header=self.protocol.failure_header(settings, run),
+        )
+
+    def _deliver(self, message: Message, wait: float) -> None:
+        delivery = self.courier.register(message)
+
+        async def later() -> None:
+            if wait > 0:  # capped, as the delays of resumed runs are
+                await self.sleep(min(wait, self.config.max_delay_seconds))
+            await self.courier.deliver(delivery)
+
+        self.background.spawn(later(), f"deliver {delivery.id}")
 
     # Publishing.
 

@@ -39,9 +39,11 @@ from daemon.emulator.bulk import DLQ_PARAMS, parse_bulk_query
 from daemon.emulator.emulator import Emulator
 from daemon.emulator.errors import BadRequest, Unauthorized
 from daemon.emulator.gate import ACCOUNT_PATH
+from daemon.emulator.headers import header_map
 from daemon.emulator.listing import list_page, parse_list_query
-from daemon.emulator.overrides import parse_overrides
+from daemon.emulator.overrides import is_http_url, parse_overrides
 from daemon.emulator.state import RunMode, parse_endpoint_refs
+from daemon.emulator.workflow import Inbound, parse_batch
 
 
 def get_emulator(request: Request) -> Emulator:
@@ -137,6 +139,34 @@ async def remove_endpoints(name: str, request: Request, emulator: EmulatorDep) -
     """4.3: remove by name or url; the last endpoint gone, the group is deleted."""
     refs = parse_endpoint_refs(await _json_body(request), url_required=False)
     emulator.store.remove_endpoints(name, refs, emulator.now_ms())
+    return Response(status_code=200)
+
+
+@messages.post("/batch")
+async def batch(request: Request, emulator: EmulatorDep) -> JSONResponse:
+    """QStash's batch publish: an answer per message, in order (see `workflow`)."""
+    return JSONResponse(emulator.accept(parse_batch(await _json_body(request))))
+
+
+@messages.post("/publish/{destination:path}")
+async def publish(destination: str, request: Request, emulator: EmulatorDep) -> JSONResponse:
+    """QStash's publish of one message, its headers and body those of the call."""
+    if request.url.query:
+        destination += "?" + request.url.query
+    if not is_http_url(destination):
+        raise BadRequest("the destination must be an absolute http(s) URL")
+    header = header_map(request.headers.items())
+    message = Inbound(destination, header, await request.body())
+    [answer] = emulator.accept([message])
+    answer.pop("deduplicated", None)
+    return JSONResponse(answer)
+
+
+@messages.delete("/workflows/runs/{run_id}")
+async def end_workflow_run(run_id: str, request: Request, emulator: EmulatorDep) -> Response:
+    """The SDKs' end of a run: completed, or with `cancel=true` cancelled."""
+    cancel = request.query_params.get("cancel", "false").lower() == "true"
+    emulator.end_run(run_id, cancel=cancel)
     return Response(status_code=200)
 
 

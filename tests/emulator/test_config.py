@@ -91,6 +91,15 @@ def test_a_mistyped_rate_limit_setting_is_refused_with_the_nearest_value() -> No
         EmulatorConfig.from_env({"EMULATOR_RATE_LIMIT_WINDOW": "slidng"})
 
 
+def test_the_failure_callback_copy_is_read_from_the_environment() -> None:
+    """EMULATOR_FAILURE_CALLBACK_COPY sets the URL; one that is not http(s) is refused."""
+    url = "http://127.0.0.1:8080/callbacks"
+    config = EmulatorConfig.from_env({"EMULATOR_FAILURE_CALLBACK_COPY": url})
+    assert config.failure_callback_copy == url
+    with pytest.raises(EmulatorSettingsError, match="EMULATOR_FAILURE_CALLBACK_COPY"):
+        EmulatorConfig.from_env({"EMULATOR_FAILURE_CALLBACK_COPY": "ftp://x/callbacks"})
+
+
 def test_every_bad_variable_is_named_at_once() -> None:
     """As recoveryd's settings: a line per problem, each naming its variable, all at once,
     a misspelt EMULATOR_* variable with the nearest name."""
