@@ -37,6 +37,10 @@ PACKAGES = {
     # The console's browser tests (tests/console): Playwright drives Debian's Chromium,
     # headless, rather than a browser of its own it would download.
     "chromium": "chromium",
+    # A user's workflow app written with the official JavaScript SDK (tests/apps/node),
+    # its packages installed from its lock by `npm ci`.
+    "node": "nodejs",
+    "npm": "npm",
 }
 # Debian keeps PostgreSQL's server programs off PATH, in a folder per major version:
 # searched newest first, before PATH.
