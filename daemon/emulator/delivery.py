@@ -14,6 +14,7 @@ import httpx
 
 from daemon.emulator.config import EmulatorConfig
 from daemon.emulator.headers import HeaderMap, HeaderNames, first_value, header_map
+from daemon.emulator.retry_delay import milliseconds
 from daemon.emulator.signing import sign
 from daemon.emulator.state import (
     DlqEntry,
@@ -51,6 +52,7 @@ class Message:
     workflow: WorkflowRef | None = None
     labels: tuple[str, ...] | None = None
     flow_control_key: str | None = None
+    retry_delay: str | None = None  # `Retry-Delay`: ms over `retried` (daemon.emulator.retry_delay)
     # A workflow step's delivery carries the run's history; the DLQ keeps the step's own
     # body, the failure callback's `sourceBody` is the run's initial payload, and the
     # callback carries the run's failure headers.
@@ -256,7 +258,7 @@ class Courier:
         outcome = Outcome(0, {}, b"", "not attempted")
         for retried in range(message.max_retries + 1):
             if retried:
-                await self._sleep(self._retry_wait(outcome, retried))
+                await self._sleep(self._retry_wait(message, outcome, retried))
             outcome = await self._attempt(message, retried)
             delivery.attempts += 1
             delivery.last_status, delivery.last_error = outcome.status, outcome.error
@@ -304,12 +306,17 @@ class Courier:
         flag = first_value(outcome.header, self._names.name("NonRetryable-Error"))
         return outcome.status == 489 and (flag or "").lower() == "true"
 
-    def _retry_wait(self, outcome: Outcome, retried: int) -> float:
+    def _retry_wait(self, message: Message, outcome: Outcome, retried: int) -> float:
         """Seconds before attempt `retried`: a 429's `Retry-After` (seconds) as the app
-        asked, else the emulator's short backoff, delivery_retry_delay * 2**n."""
+        asked; else the message's `Retry-Delay` (capped at max_delay_seconds, as delays
+        are); else the emulator's short backoff, delivery_retry_delay * 2**n."""
         retry_after = first_value(outcome.header, "Retry-After")
         if outcome.status == 429 and retry_after is not None and retry_after.strip().isdecimal():
             return float(retry_after.strip())
+        if message.retry_delay is not None:
+            delay = milliseconds(message.retry_delay, retried - 1)
+            if delay is not None:
+                return min(max(delay, 0.0) / 1000, self._config.max_delay_seconds)
         return float(self._config.delivery_retry_delay * 2 ** (retried - 1))
 
     async def _attempt(self, message: Message, retried: int) -> Outcome:

@@ -365,6 +365,7 @@ class Emulator:
             workflow=WorkflowRef(run.workflow_run_id, run.workflow_url, run.workflow_created_at),
             labels=run.labels or None,
             flow_control_key=flow_control_key,
+            retry_delay=overrides.retry_delay,
         )
         return run, message
 
@@ -481,6 +482,7 @@ class Emulator:
             failure_header=settings.failure_header or {},
             labels=settings.labels or None,
             flow_control_key=settings.flow_control_key,
+            retry_delay=settings.retry_delay,
         )
 
     def _step_message(self, run: WorkflowRun, index: int) -> Message:
@@ -505,6 +507,7 @@ class Emulator:
             workflow=WorkflowRef(run.run_id, run.url, run.created_at),
             labels=settings.labels or None,
             flow_control_key=settings.flow_control_key,
+            retry_delay=settings.retry_delay,
             step_body=step.body,
             initial_body=run.initial_body,
             failure_header=self.protocol.failure_header(settings, run),

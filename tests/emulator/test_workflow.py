@@ -304,3 +304,12 @@ async def test_failure_function_outcome_is_the_dead_letters_state(
     await fail_once(world)
     [listed] = (await world.service.get("/v2/workflows/dlq")).json()["messages"]
     assert listed["failureFunctionState"] == state
+
+
+async def test_retry_delay_expression_sets_the_wait_before_each_retry(world: World) -> None:
+    """`Retry-Delay`, ms over `retried` (the retries made so far), spaces a step's retries."""
+    world.app.failing = True
+    # Under the emulator's cap on delays here (max_delay_seconds, 10 ms).
+    await world.trigger(**{"Upstash-Retries": "2", "Upstash-Retry-Delay": "pow(2, retried) * 3"})
+    assert world.app.ran == {1: 1, 2: 3}
+    assert world.waits == [0.003, 0.006]
