@@ -40,6 +40,7 @@ class App:
     process: subprocess.Popen[bytes]
     url: str
     log: Path  # its stdout and stderr: a file, as a pipe nobody reads blocks it when full
+    sdk: str  # "python" or "node": which SDK serves it
 
     @property
     def workflow_url(self) -> str:
@@ -160,7 +161,7 @@ def _running(
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )
-        app = App(process, f"http://127.0.0.1:{port}", log)
+        app = App(process, f"http://127.0.0.1:{port}", log, name)
         try:
             _wait_until_answering(app)
         except AssertionError:
