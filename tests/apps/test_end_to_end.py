@@ -53,22 +53,31 @@ class Relay:
         return self.sink.at("/callbacks")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def relay() -> Iterator[Relay]:
     sink = Sink()
     with serve_in_thread(sink) as url:
         yield Relay(sink, f"{url}/callbacks")
 
 
-@pytest.fixture
-def service_url(relay: Relay) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def emulator(relay: Relay) -> Iterator[str]:
     """The emulator, as QStash spells its headers (the SDKs verify the issuer `Upstash`),
-    copying every workflow failure callback to the relay."""
+    copying every workflow failure callback to the relay; one for the module's tests (a
+    process takes a second or more to start on a loaded machine)."""
     config = emulator_config(
         header_prefix="Upstash", failure_callback_copy=relay.url, delivery_retry_delay=0.01
     )
     with emulator_process(config) as url:
         yield url
+
+
+@pytest.fixture
+def service_url(emulator: str, relay: Relay) -> str:
+    """The emulator and the relay, emptied for the test (its app and recoveryd are new)."""
+    httpx.post(f"{emulator}/_emulator/reset", timeout=10).raise_for_status()
+    relay.sink.received.clear()
+    return emulator
 
 
 @pytest.fixture
