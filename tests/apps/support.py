@@ -55,7 +55,7 @@ class App:
 
     def steps(self) -> dict[str, Any]:
         """What the app recorded: `fail`, `runs` (each step's executions), `deliveries`
-        (headers, status, steps run) and `failures` (the failure function's calls)."""
+        (when, headers, status, steps run) and `failures` (the failure function's calls)."""
         response = httpx.get(f"{self.url}/steps", timeout=10)
         response.raise_for_status()
         recorded: dict[str, Any] = response.json()

@@ -12,6 +12,7 @@ act, whatever the machine's load, and the test knows when recoveryd answered."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 from collections.abc import Iterator
@@ -31,7 +32,8 @@ from tests.support import LOOPBACK_TLS, TOKEN, emulator_config, wait_for
 INITIAL = '{"order":42}'
 RETRIES = 1  # the run's own: it fails after two deliveries of step two
 RESUME_RETRIES = 2  # the rule's override
-RETRY_DELAY = "pow(2, retried) * 50"  # the rule's override, ms: 50, 100
+RETRY_DELAY = "pow(2, retried) * 200"  # the rule's override, ms: 200 then 400
+WAITS = (0.2, 0.4)  # seconds; the emulator's own backoff here would be 0.01, 0.02
 # recoveryd sends its resume or restart this long after deciding (the rule's batch), which
 # leaves the SIGKILL test the time between its answer and its call.
 BATCH_WAIT = "1s"
@@ -227,6 +229,8 @@ def test_a_resumed_run_takes_the_rules_retries_and_retry_delay(
     attempts = step_deliveries(app, run["workflowRunId"])
     assert [d["headers"]["upstash-retried"] for d in attempts] == ["0", "1", "2"]
     assert all(d["steps"] == ["step-2"] and d["status"] != 200 for d in attempts)
+    gaps = [later["at"] - earlier["at"] for earlier, later in itertools.pairwise(attempts)]
+    assert all(gap >= wait for gap, wait in zip(gaps, WAITS, strict=True)), gaps
 
 
 def test_a_restarted_run_runs_its_first_step_again(

@@ -12,9 +12,9 @@
 // workflow endpoint must be signed). PORT is the loopback port to listen on.
 //
 // What the tests read back, GET /steps: how often each step ran, every delivery to
-// /workflow (its headers, the status answered, the steps run while it was served) and
-// every call of the failure function. POST /switch {"fail": true|false} turns step two's
-// failure on or off. POST /trigger starts a run through the service with the SDK's
+// /workflow (when it came, in Unix seconds, its headers, the status answered, the steps
+// run while it was served) and every call of the failure function. POST /switch
+// {"fail": true|false} turns step two's failure on or off. POST /trigger starts a run through the service with the SDK's
 // Client.trigger (the JavaScript SDK takes a run's retries and failure URL there):
 // {"body", "retries", "retryDelay", "failureUrl", "workflowRunId"}, each optional.
 
@@ -86,7 +86,7 @@ async function toWorkflow(req, body) {
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
     headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
   }
-  const record = { headers: { ...req.headers }, status: null, steps: [] };
+  const record = { at: Date.now() / 1000, headers: { ...req.headers }, status: null, steps: [] };
   state.deliveries.push(record);
   const request = new Request(`http://${req.headers.host}${req.url}`, {
     method: req.method,

@@ -9,7 +9,8 @@ workflow endpoint must be signed). WORKFLOW_RETRIES, when set, is `serve`'s `ret
 (which the Python SDK stamps on each step it publishes).
 
 What the tests read back, GET /steps: how often each step ran, every delivery to
-/workflow (its headers, the status answered, the steps run while it was served) and every
+/workflow (when it came, in Unix seconds, its headers, the status answered, the steps
+run while it was served) and every
 call of the failure function. POST /switch {"fail": true|false} turns step two's failure
 on or off."""
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import time
 from typing import Any
 
 from fastapi import FastAPI
@@ -51,7 +53,7 @@ class RecordDeliveries:
         if scope["type"] != "http" or scope["path"] != WORKFLOW:
             await self.app(scope, receive, send)
             return
-        record: dict[str, Any] = {"headers": {}, "status": None, "steps": []}
+        record: dict[str, Any] = {"at": time.time(), "headers": {}, "status": None, "steps": []}
         headers = record["headers"]
         for raw_name, raw_value in scope["headers"]:
             name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
