@@ -218,12 +218,14 @@ class Protocol:
 
     def failure_header(self, settings: Settings, run: WorkflowRun) -> HeaderMap:
         """The headers of a run's failure callback: its forwarded ones, the run's id and
-        URL, never `Workflow-Sdk-Version` (the Python SDK would take it for a step)."""
-        sdk_version = self.names.name("Workflow-Sdk-Version").lower()
+        URL, never `Workflow-Sdk-Version` (the Python SDK would take it for a step) nor
+        the `Content-Type` the SDKs forward (the body is the service's JSON, whose type
+        the callback carries: two would read `application/json, application/json`)."""
+        dropped = {self.names.name("Workflow-Sdk-Version").lower(), "content-type"}
         header = {
             name: values
             for name, values in (settings.failure_header or {}).items()
-            if name.lower() != sdk_version
+            if name.lower() not in dropped
         }
         header[self.names.workflow_run_id] = [run.run_id]
         header[self.names.name("Workflow-Url")] = [run.url]

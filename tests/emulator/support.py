@@ -138,6 +138,7 @@ class StepApp:
     failures: list[Received] = field(default_factory=list)
     copies: list[Received] = field(default_factory=list)
     raw_headers: list[list[tuple[str, str]]] = field(default_factory=list)
+    failure_raw_headers: list[list[tuple[str, str]]] = field(default_factory=list)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -169,6 +170,7 @@ class StepApp:
             return 200, {}
         if request.headers.get("upstash-workflow-is-failure") == "true":
             self.failures.append(request)
+            self.failure_raw_headers.append(pairs)
             return self.failure_status, {"workflowRunId": "wfr_failure"}
         url = f"http://{request.headers['host']}{request.path}"
         if "upstash-workflow-sdk-version" not in request.headers:

@@ -190,6 +190,16 @@ async def test_failure_callback_reaches_the_failure_function_as_the_sdks_read_it
     assert isinstance(payload["header"], dict)
 
 
+async def test_failure_callback_has_the_services_content_type_alone(world: World) -> None:
+    """A `Content-Type` the SDKs forward to the failure URL does not double the callback's."""
+    world.app.failing = True
+    block = failure_block(world.url, "wfr_one", world.url)
+    forwarded = {"Upstash-Failure-Callback-Forward-Content-Type": "text/plain"}
+    await world.trigger(**{"Upstash-Retries": "0", **block, **forwarded})
+    [pairs] = world.app.failure_raw_headers
+    assert [value for name, value in pairs if name == "content-type"] == ["application/json"]
+
+
 async def test_failure_callback_copy_goes_to_the_copy_url(world: World) -> None:
     """recoveryd's copy has the same body as the failure function's callback."""
     await fail_once(world)
