@@ -205,9 +205,11 @@ def test_a_resumed_run_completes_without_running_its_first_step_again(
     app: App, service: httpx.Client, relay: Relay, tmp_path: Path
 ) -> None:
     """Resumed by recoveryd, the run goes on from step two: step one ran once, step three once."""
-    recover(app, service, relay, tmp_path, "resume")
+    run_id = recover(app, service, relay, tmp_path, "resume")
     runs = app.steps()["runs"]
     assert runs == {"step-1": 1, "step-2": 1 + RETRIES + 1, "step-3": 1}
+    # The new run: step two delivered again, then step three, then the SDK's end of it.
+    assert [d["steps"] for d in step_deliveries(app, run_id)] == [["step-2"], ["step-3"], []]
 
 
 def test_a_resumed_run_takes_the_rules_retries_and_retry_delay(
@@ -237,9 +239,11 @@ def test_a_restarted_run_runs_its_first_step_again(
     app: App, service: httpx.Client, relay: Relay, tmp_path: Path
 ) -> None:
     """Restarted by recoveryd, the run starts over: step one runs twice in all, step three once."""
-    recover(app, service, relay, tmp_path, "restart")
+    run_id = recover(app, service, relay, tmp_path, "restart")
     runs = app.steps()["runs"]
     assert runs == {"step-1": 2, "step-2": 1 + RETRIES + 1, "step-3": 1}
+    delivered = [d["steps"] for d in step_deliveries(app, run_id)]
+    assert delivered == [["step-1"], ["step-2"], ["step-3"], []]
 
 
 def test_the_failure_function_gets_the_run_its_status_answer_and_headers(
