@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -75,9 +76,11 @@ class Dev:
 
 
 @contextlib.contextmanager
-def dev(*args: str) -> Iterator[Dev]:
-    """`recoveryd dev ARGS` until the block ends (killed if it has not stopped by then)."""
+def dev(*args: str, **settings: str) -> Iterator[Dev]:
+    """`recoveryd dev ARGS` until the block ends (killed if it has not stopped by then),
+    with `settings` the only EMULATOR_*/RECOVERYD_* variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMULATOR_", "RECOVERYD_"))}
+    env |= settings
     process = subprocess.Popen(
         [*RECOVERYD, "dev", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, env=env,
@@ -245,6 +248,46 @@ def test_by_default_it_runs_until_interrupted_then_sums_up(tmp_path: Path) -> No
         assert running.process.poll() is None
         printed = running.interrupted()
     assert re.search(r"\nsummary after .*\n  runs +0 ", printed), printed
+
+
+def test_a_fixed_port_and_credentials_keep_the_apps_environment_the_same() -> None:
+    """With --port and the EMULATOR_* credentials set, the environment printed for the app
+    is theirs (so it stays right from one start to the next), and the emulator takes them."""
+    port = free_port()
+    fixed = {
+        "EMULATOR_TOKEN": "tok_fixed_for_dev",
+        "EMULATOR_SIGNING_KEY_CURRENT": "sig_fixed_current",
+        "EMULATOR_SIGNING_KEY_NEXT": "sig_fixed_next",
+    }
+    with dev("--app", "http://127.0.0.1:9/workflow", "--port", str(port), **fixed) as running:
+        printed = running.banner()
+        listed = httpx.get(
+            f"http://127.0.0.1:{port}/v2/dlq",
+            headers={"Authorization": "Bearer tok_fixed_for_dev"},
+            timeout=10,
+        )
+        running.interrupted()
+    exported = dict(re.findall(r"^  export (QSTASH_\w+)=(\S+)$", printed, re.MULTILINE))
+    assert exported == {
+        "QSTASH_URL": f"http://127.0.0.1:{port}",
+        "QSTASH_TOKEN": "tok_fixed_for_dev",
+        "QSTASH_CURRENT_SIGNING_KEY": "sig_fixed_current",
+        "QSTASH_NEXT_SIGNING_KEY": "sig_fixed_next",
+    }
+    assert listed.status_code == 200, listed.text
+
+
+def test_a_port_in_use_is_refused_naming_it() -> None:
+    """--port on a port something listens on stops it before it starts, saying why."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner(catch_exceptions=False).invoke(
+            cli, ["dev", "--app", "http://127.0.0.1:9/workflow", "--port", str(port)]
+        )
+    assert result.exit_code == 1
+    assert f"--port {port}: cannot listen on 127.0.0.1: Address already in use" in result.stderr
 
 
 @pytest.mark.parametrize("url", ["localhost:8000/workflow", "ftp://127.0.0.1/workflow", "/wf"])
