@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 from daemon.foundation.durations import parse_duration
 
@@ -320,6 +321,15 @@ def _fail(message: str, status: int) -> NoReturn:
     sys.exit(status)
 
 
+def _app_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from daemon.dev_app import app_url_problem
+
+    problem = None if value is None else app_url_problem(value)
+    if problem:
+        raise click.BadParameter(problem)
+    return value
+
+
 @main.command(short_help="The zero-configuration demo.")
 @click.option(
     "--duration",
@@ -331,13 +341,51 @@ def _fail(message: str, status: int) -> NoReturn:
 @click.option(
     "--forever", is_flag=True, help="Keep everything running until Ctrl-C (the URLs are printed)."
 )
-def dev(duration: float, forever: bool) -> None:
+@click.option(
+    "--app",
+    "app_url",
+    metavar="URL",
+    callback=_app_url,
+    help="Your own workflow endpoint (served by an official workflow SDK, any language) "
+    "instead of the built-in app: prints the environment to give it and how to start a "
+    "run, and runs until Ctrl-C unless --duration is given.",
+)
+@click.option(
+    "--rules",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="With --app: the rules file recoveryd runs, as it is. Default: the repository's "
+    "rules.yaml.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="With --app: the emulator's port on 127.0.0.1, the app's QSTASH_URL (0: a free one).",
+)
+def dev(duration: float, forever: bool, app_url: str | None, rules: Path | None, port: int) -> None:
     """Zero-configuration demo: the service emulator, a workflow app whose runs fail, and
-    recoveryd with the repository's rules.yaml recovering them, printed live."""
-    from daemon.dev import DemoError, run_demo
+    recoveryd with the repository's rules.yaml recovering them, printed live. With --app,
+    the emulator and recoveryd for your own workflow app instead (docs/emulator.md)."""
+    from daemon.dev import DemoError, repo_rules, run_demo
+    from daemon.dev_app import run_app_dev
 
+    ctx = click.get_current_context()
+    if app_url is None:
+        for name in ("rules", "port"):
+            if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
+                raise click.UsageError(f"--{name} goes with --app")
     try:
-        asyncio.run(run_demo(duration=duration, forever=forever, echo=click.echo))
+        if app_url is None:
+            asyncio.run(run_demo(duration=duration, forever=forever, echo=click.echo))
+        else:
+            timed = ctx.get_parameter_source("duration") is not ParameterSource.DEFAULT
+            until = duration if timed and not forever else None
+            run = run_app_dev(
+                app_url=app_url, rules=rules or repo_rules(), port=port, duration=until,
+                echo=click.echo,
+            )  # fmt: skip
+            asyncio.run(run)
     except DemoError as exc:
         raise click.ClickException(str(exc)) from None
 

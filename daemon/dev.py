@@ -38,6 +38,7 @@ import json
 import re
 import shlex
 import signal
+import socket
 import tempfile
 import time
 from collections import Counter
@@ -415,7 +416,7 @@ async def run_demo(*, duration: float, forever: bool, echo: Echo) -> None:
         async with serve(emulator_app) as emulator_url, serve(workflows.app) as app_url:
             local_rules = Path(tmp) / "rules.yaml"
             local_rules.write_text(demo_rules(rules.read_text(), f"{app_url}{WEBHOOK}"))
-            async with _recoveryd(config, emulator_url, local_rules, store_url) as (
+            async with loopback_recoveryd(config, emulator_url, local_rules, store_url) as (
                 callbacks,
                 admin,
             ):
@@ -489,14 +490,21 @@ def _header(
 
 
 @contextlib.asynccontextmanager
-async def _recoveryd(
-    config: EmulatorConfig, service_url: str, rules: Path, store_url: str
+async def loopback_recoveryd(
+    config: EmulatorConfig,
+    service_url: str,
+    rules: Path,
+    store_url: str,
+    sock: socket.socket | None = None,
 ) -> AsyncIterator[tuple[str, str]]:
-    """recoveryd on loopback, configured for the emulator; its callback and admin URLs."""
-    sock = bind("127.0.0.1", 0)  # bound first: the callback URL is in the settings
+    """recoveryd on loopback (on `sock`, else a free port), configured for the emulator,
+    its header prefix the emulator's (the callbacks' issuer); its callback and admin URLs."""
+    if sock is None:
+        sock = bind("127.0.0.1", 0)  # bound first: the callback URL is in the settings
     callback_url = f"http://127.0.0.1:{sock.getsockname()[1]}/callbacks"
     settings = load_settings({
         "RECOVERYD_SERVICE_URL": service_url,
+        "RECOVERYD_HEADER_PREFIX": config.header_prefix,
         "RECOVERYD_TOKEN": config.token,
         "RECOVERYD_SIGNING_KEY_CURRENT": config.signing_key_current,
         "RECOVERYD_SIGNING_KEY_NEXT": config.signing_key_next,
