@@ -16,6 +16,7 @@ from click.core import ParameterSource
 from daemon.foundation.durations import parse_duration
 
 if TYPE_CHECKING:
+    from daemon.rules import Ruleset
     from daemon.settings import Need, Settings
 
 
@@ -39,6 +40,13 @@ class _RulesSettings(click.ClickException):
     a problem with one exits 2, as a bad option does (1 is for rules with problems)."""
 
     exit_code = 2
+
+
+class _NoReplay(click.ClickException):
+    """`recoveryd replay` could not replay (the settings, the daemon or the store refuse
+    it): 3, as 1 says the candidate would change something, a CI gate's failure."""
+
+    exit_code = 3
 
 
 def _settings(
@@ -177,12 +185,12 @@ def promote(yes: bool) -> None:
         _fail(str(exc), 2)
     what = f"{shadow} ({counted(len(candidate.rules), 'rule')}, sha256 {candidate.digest[:12]})"
     if not yes:
-        click.echo(_replayed_summary(settings, candidate, shadow))
+        click.echo(_replayed_summary(settings, candidate))
         click.echo(f"would write {what} over {rules} (the old one kept as {rules}.bak) "
                    "and ask a running daemon to reload; run again with --yes to do it")  # fmt: skip
         return
     try:
-        backup = replace_rules(shadow, rules)
+        backup = replace_rules(candidate.text, rules)
         digest = asyncio.run(reload_daemon(settings))
     except OSError as exc:
         _fail(f"{rules}: cannot write the rules file: {exc}", 1)
@@ -195,18 +203,17 @@ def promote(yes: bool) -> None:
         click.echo(f"the running daemon reloaded them (sha256 {digest[:12]})")
 
 
-def _replayed_summary(settings: Settings, candidate: Any, path: Path) -> str:
-    """`recoveryd replay`'s summary line of `candidate` (the file at `path`), or why there
-    is none: what promoting it would have changed on the last 7 days of records."""
+def _replayed_summary(settings: Settings, candidate: Ruleset) -> str:
+    """`recoveryd replay`'s summary line of `candidate`, or why there is none: what
+    promoting it would have changed on the last 7 days of records."""
     from daemon.admin.replay import DEFAULT_SINCE, ReplayError, replay_now
     from daemon.rules.replay_text import summary
     from daemon.store import StoreMissing
 
     try:
-        text = path.read_text(encoding="utf-8")
-        return summary(asyncio.run(replay_now(settings, candidate, text, DEFAULT_SINCE, None)))
-    except (OSError, ReplayError, StoreMissing) as exc:
-        return f"no replay of {path}: {exc}"
+        return summary(asyncio.run(replay_now(settings, candidate, DEFAULT_SINCE, None)))
+    except (ReplayError, StoreMissing) as exc:
+        return f"no replay of {candidate.source}: {exc}"
 
 
 @main.command(short_help="Which rule a DLQ message matches, and the call it causes.")
@@ -281,7 +288,8 @@ def replay(candidate: Path, since: float, rule: str | None, form: str) -> None:
     with example dlqIds. A running daemon (on RECOVERYD_ADMIN_LISTEN) is asked; with none
     running, the store (RECOVERYD_STORE) is read here. Exit status: 0 nothing would
     change, 1 something would, 2 CANDIDATE is invalid (its problems printed as `check`
-    prints them) or cannot be read."""
+    prints them) or cannot be read, 3 no replay was made (the settings, the daemon or the
+    store refuse it)."""
     from daemon.admin.replay import ReplayError, replay_now
     from daemon.foundation.logs import configure_command_logging
     from daemon.rules import FileError, Unreadable, load_rules
@@ -291,15 +299,14 @@ def replay(candidate: Path, since: float, rule: str | None, form: str) -> None:
 
     try:
         ruleset = load_rules(candidate)
-        text = candidate.read_text(encoding="utf-8")  # what a running daemon compiles again
-    except (FileError, Unreadable, OSError) as exc:
+    except (FileError, Unreadable) as exc:
         _fail(str(exc), 2)
-    settings = _settings()
+    settings = _settings(refused=_NoReplay)
     configure_command_logging(settings)
     try:
-        report = asyncio.run(replay_now(settings, ruleset, text, f"{since}s", rule))
+        report = asyncio.run(replay_now(settings, ruleset, f"{since}s", rule))
     except (ReplayError, StoreMissing) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _NoReplay(str(exc)) from None
     click.echo(rendered(report, form))
     if would_change(report):
         sys.exit(1)

@@ -22,16 +22,15 @@ class PromoteError(Exception):
     """The promotion was refused or could not be finished; `str()` says why."""
 
 
-def replace_rules(shadow: Path, rules: Path) -> Path:
-    """Write `shadow`'s bytes over `rules` atomically, keeping the old file as the path
-    returned (`<rules>.bak`)."""
-    text = shadow.read_bytes()
+def replace_rules(text: str, rules: Path) -> Path:
+    """Write `text` (the shadow rules as they were checked) over `rules` atomically,
+    keeping the old file as the path returned (`<rules>.bak`)."""
     backup = rules.with_name(rules.name + ".bak")
     if rules.exists():
         shutil.copy2(rules, backup)
     # The new file as readable as the old one was (mkstemp makes it 0600).
     mode = stat.S_IMODE(rules.stat().st_mode) if rules.exists() else 0o644
-    replace_atomically(rules, text, mode)
+    replace_atomically(rules, text.encode(), mode)
     return backup
 
 

@@ -122,16 +122,16 @@ def _add_all(replaying: Replay, rows: list[ReplayRow]) -> None:
 
 
 async def replay_now(
-    settings: Settings, candidate: Ruleset, text: str, since: str | None, rule: str | None
+    settings: Settings, candidate: Ruleset, since: str | None, rule: str | None
 ) -> dict[str, Any]:
-    """The report of `candidate` (compiled from `text`), from a running daemon (on
-    RECOVERYD_ADMIN_LISTEN) or, with none running, from the store (RECOVERYD_STORE)."""
+    """The report of `candidate`, from a running daemon (on RECOVERYD_ADMIN_LISTEN), which
+    compiles its text again, or, with none running, from the store (RECOVERYD_STORE)."""
     from daemon.admin.client import DaemonError, ask_daemon, daemon_admin
     from daemon.store import open_store
 
     admin = daemon_admin(settings)
     if admin is not None:
-        body = {"rules": text, "since": since, "rule": rule, "file": candidate.source}
+        body = {"rules": candidate.text, "since": since, "rule": rule, "file": candidate.source}
         try:
             return await ask_daemon(admin, "POST", "/api/v1/replay", json=body, wait=600.0)
         except httpx.ConnectError:

@@ -68,7 +68,7 @@ def outcome_of(
         "matched": tuple(matched.name for matched in decision.matched),
         # A recovery rule's overrides, whatever becomes of it (a dry run, a budget): what
         # a replayed or shadow decision is compared with (rules/shadow.py).
-        "overrides": rule.overrides_key if rule.action in RECOVERIES else None,
+        "overrides": rule.overrides_key,
         "workflow_run_id": run_id if isinstance(run_id, str) else None,
         "fingerprint": fingerprint(facts),
         "calls": calls,

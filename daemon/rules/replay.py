@@ -257,8 +257,7 @@ def _decided(side: _Side) -> _Side:
 
 
 def _side(rule: Rule) -> _Side:
-    overrides = rule.overrides_key if rule.action in RECOVERIES else None
-    return _Side(rule.name, rule.action, overrides)
+    return _Side(rule.name, rule.action, rule.overrides_key)
 
 
 def _named(side: _Side) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +66,12 @@ class Rule:
         return self.spec.action
 
     @functools.cached_property
-    def overrides_key(self) -> str:
-        """The rule's overrides as canonical JSON: equal overrides, equal text, one batch;
-        what a recorded decision and a replayed or shadow one are compared by."""
+    def overrides_key(self) -> str | None:
+        """A recovery's overrides as canonical JSON: equal overrides, equal text, one
+        batch; what a recorded decision and a replayed or shadow one are compared by.
+        None for the other actions, which send none."""
+        if self.action not in RECOVERIES:
+            return None
         overrides = self.spec.overrides
         wire = overrides.model_dump(by_alias=True, exclude_defaults=True) if overrides else {}
         return json.dumps(wire, sort_keys=True, separators=(",", ":"))
@@ -95,6 +98,7 @@ class Ruleset:
     default_batch: BatchPolicy  # defaults.batch, for dlqIds whose rule is gone
     digest: str  # sha256 of the file's bytes, to tell versions apart
     source: str
+    text: str = field(repr=False)  # what was compiled: replayed or promoted as it was checked
 
     def __post_init__(self) -> None:
         self._compiled, self._decisions  # noqa: B018 (compiled as the file loads, not later)
@@ -206,6 +210,7 @@ def compile_rules(document: Document) -> Ruleset:
         default_batch=_batch(None, default_batch),
         digest=hashlib.sha256(document.text.encode()).hexdigest(),
         source=document.file,
+        text=document.text,
     )
 
 

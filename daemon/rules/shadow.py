@@ -12,7 +12,6 @@ import structlog
 
 from daemon.foundation.words import counted
 from daemon.metrics import Metrics
-from daemon.rules.model import RECOVERIES
 from daemon.rules.ruleset import Decision, Ruleset, load_rules
 from daemon.rules.yamlfile import FileError, Unreadable
 
@@ -24,7 +23,7 @@ def shadow_text(decision: Decision) -> str:
     a recovery's overrides (Rule.overrides_key), each null when there is none. The store
     keeps the shadow's so, beside the live decision's rule, action and overrides."""
     rule = decision.rule
-    overrides = rule.overrides_key if rule is not None and rule.action in RECOVERIES else None
+    overrides = rule.overrides_key if rule is not None else None
     return json.dumps(
         {
             "rule": rule.name if rule else None,

@@ -86,7 +86,7 @@ async def test_the_commands_send_the_token_and_a_wrong_one_is_refused_not_worked
 
 async def test_replay_sends_the_token_and_a_wrong_one_is_refused(tmp_path: Path) -> None:
     """`recoveryd replay` asks the daemon with its token; with another it reports the
-    refusal rather than reading the store the daemon owns."""
+    refusal (exit 3: no replay was made) rather than reading the store the daemon owns."""
     candidate = tmp_path / "candidate.yaml"
     candidate.write_text(REPO_RULES.read_text())
     async with running_recoveryd(tmp_path, ADMIN_TOKEN=ADMIN_TOKEN) as daemon:
@@ -100,6 +100,6 @@ async def test_replay_sends_the_token_and_a_wrong_one_is_refused(tmp_path: Path)
         )
     assert allowed.returncode == 0, allowed.stderr
     assert "replayed on 0 records" in allowed.stdout
-    assert refused.returncode == 1
+    assert refused.returncode == 3  # not 1, which says the candidate would change something
     assert "RECOVERYD_ADMIN_TOKEN" in refused.stderr
     assert ADMIN_TOKEN not in refused.stdout + refused.stderr

@@ -76,7 +76,7 @@ def recorded(
         reason=reason,
         rule=rule and rule.name,
         action=rule and rule.action,
-        overrides=rule.overrides_key if rule is not None and recovery else None,
+        overrides=rule.overrides_key if rule is not None else None,
         workflow_key=key or found.get("workflowRunId"),
         facts=kept(found, live.reads_all),
     )
