@@ -27,7 +27,7 @@ from daemon.emulator.state import (
 DeliveryState = Literal["pending", "delivering", "delivered", "failed"]
 CallbackKind = Literal["failure", "callback"]
 Sleep = Callable[[float], Awaitable[None]]
-Spawn = Callable[[Coroutine[Any, Any, None], str], object]
+Spawn = Callable[[Coroutine[Any, Any, object], str], object]
 
 
 @dataclass(frozen=True)
@@ -276,7 +276,7 @@ class Courier:
         retried = delivery.attempts - 1
         payload = callback_body(message, outcome, retried=retried, dlq_id=entry.dlq_id)
         extra = [(name, value) for name, vals in message.failure_header.items() for value in vals]
-        failure_calls: list[Coroutine[Any, Any, None]] = []
+        failure_calls: list[Coroutine[Any, Any, object]] = []
         if message.failure_callback is not None:
             url = message.failure_callback
             failure_calls.append(self._failure_function(url, message, payload, extra))
@@ -296,7 +296,7 @@ class Courier:
         dlq_id = str(payload["dlqId"])
         if message.workflow is not None:
             self._failure_state(dlq_id, "CALLBACK_INPROGRESS")
-        record = await self._send_callback("failure", url, message, payload, extra)
+        record = await self.send_callback("failure", url, message, payload, extra)
         if message.workflow is not None:
             delivered = record.state == "delivered"
             self._failure_state(dlq_id, "CALLBACK_SUCCESS" if delivered else "CALLBACK_FAIL")
@@ -335,18 +335,9 @@ class Courier:
         message: Message,
         payload: dict[str, Any],
         extra: list[tuple[str, str]] | None = None,
-    ) -> None:
-        """POST a signed JSON callback, retried with the delivery backoff until a 2xx."""
-        await self._send_callback(kind, url, message, payload, extra)
-
-    async def _send_callback(
-        self,
-        kind: CallbackKind,
-        url: str,
-        message: Message,
-        payload: dict[str, Any],
-        extra: list[tuple[str, str]] | None = None,
     ) -> CallbackRecord:
+        """POST a signed JSON callback, retried with the delivery backoff until a 2xx;
+        its record."""
         record = CallbackRecord(kind, url, message.message_id, payload.get("dlqId"))
         self.callbacks.append(record)
         raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")

@@ -21,14 +21,14 @@ class Background:
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    def spawn(self, work: Coroutine[Any, Any, object], name: str) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._logged(work, name), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
     @staticmethod
-    async def _logged(work: Coroutine[Any, Any, None], name: str) -> None:
+    async def _logged(work: Coroutine[Any, Any, object], name: str) -> None:
         # Nobody awaits these tasks' results, so an error would otherwise vanish.
         try:
             await work

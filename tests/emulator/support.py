@@ -45,6 +45,26 @@ class Received:
     body: bytes
 
 
+async def read_request(
+    scope: dict[str, Any], receive: Any, send: Any
+) -> tuple[Received, list[tuple[str, str]]] | None:
+    """The request an ASGI test app was sent, with its headers also as pairs (names in
+    lower case, repeats kept); None for the lifespan protocol, answered here."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return None
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    pairs = [(k.decode().lower(), v.decode()) for k, v in scope["headers"]]
+    return Received(scope["method"], scope["path"], dict(pairs), body), pairs
+
+
 @dataclass
 class Sink:
     """An ASGI app standing for every destination: answers `statuses[path]` (default 200,
@@ -58,19 +78,9 @@ class Sink:
         return [request for request in self.received if request.path == path]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        if (read := await read_request(scope, receive, send)) is None:
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        self.received.append(Received(scope["method"], scope["path"], headers, body))
+        self.received.append(read[0])
         status = self.statuses.get(scope["path"], 200)
         await send(
             {
@@ -141,19 +151,9 @@ class StepApp:
     failure_raw_headers: list[list[tuple[str, str]]] = field(default_factory=list)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        if (read := await read_request(scope, receive, send)) is None:
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        pairs = [(k.decode().lower(), v.decode()) for k, v in scope["headers"]]
-        request = Received(scope["method"], scope["path"], dict(pairs), body)
+        request, pairs = read
         status, answer = await self._handle(request, pairs)
         extra = self.fail_headers if status == self.fail_status else {}
         headers = [(b"content-type", b"application/json")]
