@@ -337,7 +337,10 @@ def _app_url(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
-@main.command(short_help="The zero-configuration demo.")
+@main.command(
+    short_help="The zero-configuration demo, or the emulator and recoveryd for your own "
+    "workflow app (--app)."
+)
 @click.option(
     "--duration",
     type=_Duration(),
