@@ -8,7 +8,10 @@ the recovered run completes.
 The copy goes to a relay (a recorder standing in front of recoveryd, whose public URL it
 is): the test turns the switch off once the copy has arrived and only then hands it to
 recoveryd, byte for byte, with its signature. So the switch is off before recoveryd can
-act, whatever the machine's load, and the test knows when recoveryd answered."""
+act, whatever the machine's load, and the test knows when recoveryd answered.
+
+The apps' /sleepy runs a step, `context.sleep` for a second and a step: the emulator holds
+the step after the sleep back for the delay the SDK published it with."""
 
 from __future__ import annotations
 
@@ -40,6 +43,11 @@ BATCH_WAIT = "1s"
 FAILED = "step 2 is switched to fail"
 # What each SDK answers a failed step with.
 ERROR_CONTENT_TYPE = {"python": "application/json", "node": "text/plain;charset=UTF-8"}
+
+# The apps' `context.sleep("nap", 1)`: a second, as the SDKs spell it in `Delay`; under
+# the emulator's max_delay_seconds (1 s), so the emulator waits all of it.
+SLEEP = 1.0
+SLEEP_DELAY = "1s"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -279,3 +287,48 @@ def test_a_recoveryd_killed_after_answering_the_callback_resumes_the_run_once(
     assert len(recovery_calls(service, "resume")) == 1
     assert len(recovered_runs(service, dlq_id)) == 1
     assert app.steps()["runs"] == {"step-1": 1, "step-2": 1 + RETRIES + 1, "step-3": 1}
+
+
+def start_sleepy_run(app: App, service: httpx.Client) -> None:
+    """A run of the app's /sleepy, started as `start_run` starts one of /workflow."""
+    if app.sdk == "node":
+        options = {"body": INITIAL, "path": "/sleepy"}
+        response = httpx.post(f"{app.url}/trigger", json=options, timeout=10)
+    else:
+        headers = {"Content-Type": "application/json"}
+        response = service.post(f"/v2/publish/{app.url}/sleepy", content=INITIAL, headers=headers)
+    assert response.status_code == 200, response.text
+
+
+def sleep_publishes(service: httpx.Client) -> list[tuple[float, dict[str, str]]]:
+    """The `context.sleep` steps the SDK published (both SDKs batch their steps), from the
+    emulator's journal: when each call came, and the step's headers (names lowercased)."""
+    journal: list[dict[str, Any]] = service.get("/_emulator/journal").raise_for_status().json()
+    published = []
+    for call in journal:
+        if call["method"] != "POST" or call["path"] != "/v2/batch":
+            continue
+        for item in json.loads(call["body"]):
+            if json.loads(item["body"]).get("stepType") == "SleepFor":
+                headers = {name.lower(): value for name, value in item["headers"].items()}
+                published.append((call["at"], headers))
+    return published
+
+
+def test_a_run_sleeps_before_the_step_after_its_sleep(app: App, service: httpx.Client) -> None:
+    """`context.sleep` of a second: the next step comes a second after the sleep, each step once."""
+    start_sleepy_run(app, service)
+    [run] = wait_for(
+        lambda: [run for run in workflows(service) if run["status"] == "completed"],
+        what="the run's end",
+    )
+    assert run["steps"] == 3  # before, nap, after: the SDK's history
+    assert app.steps()["runs"] == {"step-1": 0, "step-2": 0, "step-3": 0, "before": 1, "after": 1}
+    # The steps' deliveries: "before" run, the sleep published, "after" run, the SDK's end.
+    delivered = step_deliveries(app, run["workflowRunId"])
+    assert [d["steps"] for d in delivered] == [["before"], [], ["after"], []]
+    assert all(d["path"] == "/sleepy" and d["status"] == 200 for d in delivered)
+    [(published_at, headers)] = sleep_publishes(service)
+    assert headers["upstash-delay"] == SLEEP_DELAY
+    assert delivered[1]["at"] <= published_at  # published while the second delivery was served
+    assert delivered[2]["at"] - published_at >= SLEEP

@@ -1,7 +1,8 @@
 // A user's workflow app, written with the service's official JavaScript SDK
-// (@upstash/workflow) as its documentation shows: three `context.run` steps, the second
-// failing while a switch is on, and a failure function. The tests run it as a process of
-// its own (tests/apps/support.py): `node app.mjs`, after `npm ci`.
+// (@upstash/workflow) as its documentation shows: at /workflow three `context.run` steps,
+// the second failing while a switch is on, and a failure function; at /sleepy a step, a
+// one-second `context.sleep`, and a step. The tests run it as a process of its own
+// (tests/apps/support.py): `node app.mjs`, after `npm ci`.
 //
 // Served by node:http and the SDK's core `serve`, not its express adapter: that one
 // re-serialises the JSON body before the signature is checked, so the body hash would hold
@@ -12,17 +13,20 @@
 // workflow endpoint must be signed). PORT is the loopback port to listen on.
 //
 // What the tests read back, GET /steps: how often each step ran, every delivery to
-// /workflow (when it came, in Unix seconds, its headers, the status answered, the steps
-// run while it was served) and every call of the failure function. POST /switch
-// {"fail": true|false} turns step two's failure on or off. POST /trigger starts a run through the service with the SDK's
-// Client.trigger (the JavaScript SDK takes a run's retries and failure URL there):
-// {"body", "retries", "retryDelay", "failureUrl", "workflowRunId"}, each optional.
+// /workflow or /sleepy (when it came, in Unix seconds, its path, its headers, the status
+// answered, the steps run while it was served) and every call of the failure function.
+// POST /switch {"fail": true|false} turns step two's failure on or off. POST /trigger
+// starts a run through the service with the SDK's Client.trigger (the JavaScript SDK
+// takes a run's retries and failure URL there): {"body", "retries", "retryDelay",
+// "failureUrl", "workflowRunId", "path"}, each optional ("path": the endpoint, /workflow
+// unless given).
 
 import { AsyncLocalStorage } from "node:async_hooks";
 import http from "node:http";
 import { Client, serve } from "@upstash/workflow";
 
 const WORKFLOW = "/workflow";
+const SLEEPY = "/sleepy";
 const state = {
   fail: false,
   runs: { "step-1": 0, "step-2": 0, "step-3": 0 },
@@ -33,11 +37,11 @@ const state = {
 const delivery = new AsyncLocalStorage();
 
 function ran(step) {
-  state.runs[step] += 1;
+  state.runs[step] = (state.runs[step] ?? 0) + 1; // /sleepy's steps: once they run
   delivery.getStore()?.steps.push(step);
 }
 
-const { handler } = serve(
+const workflow = serve(
   async (context) => {
     const first = await context.run("step-1", () => {
       ran("step-1");
@@ -67,6 +71,17 @@ const { handler } = serve(
   },
 );
 
+const sleepy = serve(async (context) => {
+  await context.run("before", () => {
+    ran("before");
+  });
+  await context.sleep("nap", 1); // seconds
+  await context.run("after", () => {
+    ran("after");
+  });
+});
+const handlers = { [WORKFLOW]: workflow.handler, [SLEEPY]: sleepy.handler };
+
 async function readBody(req) {
   const chunks = [];
   for await (const chunk of req) {
@@ -81,12 +96,18 @@ function answer(res, status, value) {
 }
 
 // The request as the SDK's core `serve` takes it (a fetch Request), body untouched.
-async function toWorkflow(req, body) {
+async function toWorkflow(handler, req, body) {
   const headers = new Headers();
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
     headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
   }
-  const record = { at: Date.now() / 1000, headers: { ...req.headers }, status: null, steps: [] };
+  const record = {
+    at: Date.now() / 1000,
+    path: new URL(req.url, "http://app").pathname,
+    headers: { ...req.headers },
+    status: null,
+    steps: [],
+  };
   state.deliveries.push(record);
   const request = new Request(`http://${req.headers.host}${req.url}`, {
     method: req.method,
@@ -99,16 +120,16 @@ async function toWorkflow(req, body) {
 }
 
 async function trigger(req, body) {
-  const options = body.length ? JSON.parse(body.toString()) : {};
+  const { path = WORKFLOW, ...options } = body.length ? JSON.parse(body.toString()) : {};
   const client = new Client({ baseUrl: process.env.QSTASH_URL, token: process.env.QSTASH_TOKEN });
-  return client.trigger({ url: `http://${req.headers.host}${WORKFLOW}`, ...options });
+  return client.trigger({ url: `http://${req.headers.host}${path}`, ...options });
 }
 
 async function route(req, res) {
   const path = new URL(req.url, "http://app").pathname;
   const body = await readBody(req);
-  if (path === WORKFLOW) {
-    const response = await toWorkflow(req, body);
+  if (Object.hasOwn(handlers, path)) {
+    const response = await toWorkflow(handlers[path], req, body);
     res.writeHead(response.status, Object.fromEntries(response.headers));
     res.end(Buffer.from(await response.arrayBuffer()));
   } else if (path === "/switch" && req.method === "POST") {

@@ -1,6 +1,7 @@
 """A user's workflow app, written with the service's official Python SDK (`upstash-workflow`)
-on FastAPI as its documentation shows: three `context.run` steps, the second failing while
-a switch is on, and a failure function. The tests run it as a process of its own
+on FastAPI as its documentation shows: at /workflow three `context.run` steps, the second
+failing while a switch is on, and a failure function; at /sleepy a step, a one-second
+`context.sleep`, and a step. The tests run it as a process of its own
 (tests/apps/support.py): `uvicorn app:app --app-dir tests/apps/python`.
 
 The SDK reads QSTASH_URL (the service: the emulator), QSTASH_TOKEN, and
@@ -9,8 +10,8 @@ workflow endpoint must be signed). WORKFLOW_RETRIES, when set, is `serve`'s `ret
 (which the Python SDK stamps on each step it publishes).
 
 What the tests read back, GET /steps: how often each step ran, every delivery to
-/workflow (when it came, in Unix seconds, its headers, the status answered, the steps
-run while it was served) and every
+/workflow or /sleepy (when it came, in Unix seconds, its path, its headers, the status
+answered, the steps run while it was served) and every
 call of the failure function. POST /switch {"fail": true|false} turns step two's failure
 on or off."""
 
@@ -29,6 +30,7 @@ from upstash_workflow.fastapi import Serve
 
 STEPS = ("step-1", "step-2", "step-3")
 WORKFLOW = "/workflow"
+SLEEPY = "/sleepy"
 
 state: dict[str, Any] = {
     "fail": False,
@@ -50,10 +52,16 @@ class RecordDeliveries:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != WORKFLOW:
+        if scope["type"] != "http" or scope["path"] not in (WORKFLOW, SLEEPY):
             await self.app(scope, receive, send)
             return
-        record: dict[str, Any] = {"at": time.time(), "headers": {}, "status": None, "steps": []}
+        record: dict[str, Any] = {
+            "at": time.time(),
+            "path": scope["path"],
+            "headers": {},
+            "status": None,
+            "steps": [],
+        }
         headers = record["headers"]
         for raw_name, raw_value in scope["headers"]:
             name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
@@ -78,7 +86,7 @@ serve = Serve(app)
 
 
 def ran(step: str) -> None:
-    state["runs"][step] += 1
+    state["runs"][step] = state["runs"].get(step, 0) + 1  # /sleepy's steps: once they run
     record = delivery.get()
     if record is not None:
         record["steps"].append(step)
@@ -140,3 +148,17 @@ async def workflow(context: AsyncWorkflowContext[Any]) -> None:
         return int(second) + 1
 
     await context.run("step-3", three)
+
+
+@serve.post(SLEEPY)
+async def sleepy(context: AsyncWorkflowContext[Any]) -> None:
+    def before() -> None:
+        ran("before")
+
+    await context.run("before", before)
+    await context.sleep("nap", 1)  # seconds
+
+    def after() -> None:
+        ran("after")
+
+    await context.run("after", after)
